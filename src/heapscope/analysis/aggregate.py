@@ -1,0 +1,125 @@
+"""Flat and cumulative totals per function, line, file or address: the ``top`` view.
+
+A row's flat value is what was allocated with it as the first (non-allocator) frame; its cum
+value is what was allocated with it anywhere on the stack, counted once per stack even under
+recursion (as jeprof and pprof do). Rows come from frames, so inlined functions get their own
+rows. Several profiles can be aggregated together (``--merge``) because keys are names, never
+raw addresses, which differ between processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from heapscope.model import Location, Profile
+
+GRANULARITIES = ("functions", "lines", "files", "addresses")
+NO_STACK = "[no stack]"
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """What a row stands for at the chosen granularity."""
+
+    name: str
+    file: str = ""
+    line: int = 0
+    module: str = ""
+    inlined: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of a top table."""
+
+    key: Key
+    flat: float
+    cum: float
+
+
+@dataclass(frozen=True)
+class Table:
+    """A complete top view: rows plus the total they are percentages of."""
+
+    rows: tuple[Row, ...]
+    total: float
+    sample_type: str
+    unit: str
+
+
+def location_keys(loc: Location, granularity: str) -> tuple[Key, ...]:
+    """The keys a location contributes, innermost (inlined) first."""
+    if granularity == "addresses":
+        f = loc.frames[0] if loc.frames else None
+        label = f"{loc.fallback_name}"
+        if f is not None:
+            label += f" {f.function}"
+        return (Key(label, f.file if f else "", f.line if f else 0, loc.module),)
+    if not loc.frames:
+        name = loc.fallback_name
+        if granularity == "files":
+            return (Key(loc.module or name, module=loc.module),)
+        return (Key(name, module=loc.module),)
+    out = []
+    for f in loc.frames:
+        if granularity == "functions":
+            out.append(Key(f.function, f.file, 0, loc.module))
+        elif granularity == "lines":
+            out.append(Key(f.function, f.file, f.line, loc.module, f.inlined))
+        else:
+            out.append(Key(f.file or loc.module, module=loc.module))
+    return tuple(out)
+
+
+def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "functions") -> Table:
+    """Sum one sample value per key over the given (symbolized, pruned) profiles."""
+    flat: dict[Key, float] = {}
+    cum: dict[Key, float] = {}
+    total = 0.0
+    sample_type = unit = ""
+    for p in profiles:
+        vt = p.sample_types[index]
+        sample_type, unit = vt.type, vt.unit
+        cache: dict[int, tuple[Key, ...]] = {}
+        for s in p.samples:
+            v = s.values[index]
+            if v == 0:
+                continue
+            total += v
+            keys: list[Key] = []
+            for a in s.stack:
+                ks = cache.get(a)
+                if ks is None:
+                    ks = location_keys(p.location(a), granularity)
+                    cache[a] = ks
+                keys.extend(ks)
+            if not keys:
+                keys = [Key(NO_STACK)]
+            leaf = keys[0]
+            flat[leaf] = flat.get(leaf, 0.0) + v
+            for k in set(keys):
+                cum[k] = cum.get(k, 0.0) + v
+    rows = tuple(Row(k, flat.get(k, 0.0), c) for k, c in cum.items())
+    return Table(rows, total, sample_type, unit)
+
+
+def subtract(new: Table, base: Table) -> Table:
+    """Per-key difference new − base (a ``--base`` diff, made after symbolization)."""
+    rows: dict[Key, list[float]] = {r.key: [r.flat, r.cum] for r in new.rows}
+    for r in base.rows:
+        cur = rows.setdefault(r.key, [0.0, 0.0])
+        cur[0] -= r.flat
+        cur[1] -= r.cum
+    out = tuple(Row(k, v[0], v[1]) for k, v in rows.items() if v[0] != 0 or v[1] != 0)
+    return Table(out, new.total - base.total, new.sample_type, new.unit)
+
+
+def sort_rows(table: Table, by_cum: bool = False) -> tuple[Row, ...]:
+    """Rows in display order: by flat (or cum) descending, then by name; zero rows dropped."""
+    rows = [r for r in table.rows if r.flat != 0 or r.cum != 0]
+    if by_cum:
+        rows.sort(key=lambda r: (-r.cum, -r.flat, r.key.name, r.key.file, r.key.line))
+    else:
+        rows.sort(key=lambda r: (-r.flat, -r.cum, r.key.name, r.key.file, r.key.line))
+    return tuple(rows)

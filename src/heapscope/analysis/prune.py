@@ -1,0 +1,113 @@
+"""Remove allocator frames so that a stack's first frame is the code that asked for memory.
+
+Stacks recorded by jemalloc start inside jemalloc itself (``prof_backtrace_impl``,
+``imalloc_body``, ``malloc_default``, …), then the public entry point (``malloc``, ``operator
+new``, a Rust shim, a thin libc wrapper such as ``strdup``). jeprof drops only exact names and
+so leaves jemalloc 5.3's internal frames, prefixed ``_rjem_`` builds and unsymbolized frames on
+top. We drop the leading run of frames that are inside the jemalloc image (by module, for
+shared builds) or whose function is an allocator (by name, which also covers jemalloc linked
+statically), and stop at the first frame that is neither.
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+
+from heapscope.model import Frame, Location, Profile, Sample
+
+_EXACT = frozenset(
+    """
+    malloc calloc realloc free cfree memalign posix_memalign aligned_alloc valloc pvalloc
+    reallocarray malloc_usable_size mallocx rallocx xallocx sdallocx dallocx nallocx
+    __libc_malloc __libc_calloc __libc_realloc __libc_memalign __libc_valloc __libc_pvalloc
+    __posix_memalign __malloc __calloc __realloc
+    strdup strndup __strdup __strndup __GI___strdup __GI___strndup wcsdup __wcsdup
+    asprintf vasprintf __asprintf __vasprintf __vasprintf_internal __asprintf_chk __vasprintf_chk
+    newImpl fallbackNewImpl fallback_impl tc_malloc tc_calloc tc_realloc tc_new tc_newarray
+    tc_new_nothrow tc_newarray_nothrow tc_memalign tc_posix_memalign tc_valloc tc_pvalloc
+    __rust_alloc __rust_alloc_zeroed __rust_realloc __rdl_alloc __rdl_alloc_zeroed __rdl_realloc
+    __rg_alloc __rg_alloc_zeroed __rg_realloc
+    """.split()
+) | {"operator new", "operator new[]"}
+
+_PATTERNS = re.compile(
+    r"""^(?:
+        _?je_.* | _rjem_.* | prof_backtrace.* | prof_alloc_prep | prof_tctx_create
+      | prof_malloc.* | prof_realloc | imalloc.* | ialloc.* | iralloc.* | irallocx.* | ixalloc.*
+      | .*malloc_default | do_rallocx | do_xallocx | fallback.*NewImpl.*
+      | operator\ new.* | tcmalloc::.* | TCMalloc.*
+      | alloc::alloc::.* | alloc::raw_vec::.* | <alloc::alloc::Global\ as\ .*
+      | <.*\ as\ core::alloc::global::GlobalAlloc>::.* | tikv_jemallocator::.*
+      | __gnu_cxx::new_allocator<.*>::allocate | std::__new_allocator<.*>::allocate
+      | std::allocator<.*>::allocate | std::allocator_traits<.*>::allocate
+    )$""",
+    re.VERBOSE,
+)
+
+_JEMALLOC_MODULE = re.compile(r"^lib(?:jemalloc|tcmalloc)[\w.-]*\.so(?:\.\d+)*$")
+
+
+def is_allocator_name(name: str) -> bool:
+    """True when ``name`` is an allocation entry point, shim or jemalloc internal."""
+    return name in _EXACT or _PATTERNS.match(name) is not None
+
+
+def is_allocator_module(module: str) -> bool:
+    """True when ``module`` is a shared jemalloc (or tcmalloc) image."""
+    return _JEMALLOC_MODULE.match(module) is not None
+
+
+def is_allocator_location(loc: Location) -> bool:
+    """True when the whole location is allocator code (by module, else by its real function)."""
+    if loc.module and is_allocator_module(loc.module):
+        return True
+    if not loc.frames:
+        return False
+    return is_allocator_name(loc.frames[-1].function)
+
+
+def _trim_frames(loc: Location) -> Location:
+    """Drop inlined allocator shims at the inner end of the new leaf location."""
+    frames: tuple[Frame, ...] = loc.frames
+    k = 0
+    while k < len(frames) - 1 and is_allocator_name(frames[k].function):
+        k += 1
+    if k == 0:
+        return loc
+    trimmed = frames[k:]
+    first = trimmed[0]
+    if len(trimmed) == 1 and first.inlined:
+        trimmed = (Frame(first.function, first.file, first.line, False, first.full_name,
+                         first.system_name),)
+    return Location(loc.address, loc.mapping, loc.module, loc.offset, trimmed)
+
+
+def prune(profile: Profile) -> Profile:
+    """Return a profile whose stacks start at the first non-allocator frame."""
+    verdict: dict[int, bool] = {}
+    locations = dict(profile.locations)
+    leaves: set[int] = set()
+    samples: list[Sample] = []
+    for s in profile.samples:
+        stack = s.stack
+        k = 0
+        while k < len(stack) - 1:
+            a = stack[k]
+            v = verdict.get(a)
+            if v is None:
+                v = is_allocator_location(profile.location(a))
+                verdict[a] = v
+            if not v:
+                break
+            k += 1
+        if k:
+            s = Sample(stack[k:], s.values, s.threads)
+        if s.stack:
+            leaves.add(s.stack[0])
+        samples.append(s)
+    for a in leaves:
+        loc = locations.get(a)
+        if loc is not None and len(loc.frames) > 1:
+            locations[a] = _trim_frames(loc)
+    return profile.with_(samples=tuple(samples), locations=MappingProxyType(locations))

@@ -1,0 +1,70 @@
+"""Undo heap-profile sampling: estimate true object counts and bytes from sampled counts.
+
+jemalloc samples an allocation of size x with probability 1-exp(-x/R) (a Poisson process with
+mean period R bytes). jeprof's estimate (``AdjustSamples`` in ``bin/jeprof.in``) scales a
+stack's (count, bytes) pair by 1/(1-exp(-(bytes/count)/R)), separately for the in-use and the
+cumulative pair. jemalloc 5.3 writes values pre-fudged so that this very formula gives unbiased
+results, so it is right for every heap_v2 dump. It must be applied per stack and only then
+summed; the header ``t*`` totals are not additive. Legacy ``heap/P`` (v1) profiles divide by
+ratio when ratio < 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+from heapscope.model import Profile, Sample, Thread, ThreadValues
+
+
+def scale_pair_v2(count: float, size: float, period: int) -> tuple[float, float]:
+    """jeprof's v2 adjustment of one (count, bytes) pair for mean sampling period ``period``."""
+    if count == 0 or period <= 0:
+        return count, size
+    ratio = (size / count) / period
+    factor = 1.0 / (1.0 - math.exp(-ratio)) if ratio > 0 else 1.0
+    return count * factor, size * factor
+
+
+def scale_pair_v1(count: float, size: float, period: int) -> tuple[float, float]:
+    """jeprof's v1 adjustment of one (count, bytes) pair."""
+    if count == 0 or period <= 0:
+        return count, size
+    ratio = (size / count) / period
+    if 0 < ratio < 1:
+        return count / ratio, size / ratio
+    return count, size
+
+
+def scale_values(values: tuple[float, ...], sampling: str, period: int) -> tuple[float, ...]:
+    """Unsample a four-value tuple (inuse objs, inuse bytes, alloc objs, alloc bytes)."""
+    if sampling == "v2":
+        fn = scale_pair_v2
+    elif sampling == "v1":
+        fn = scale_pair_v1
+    else:
+        return values
+    a = fn(values[0], values[1], period)
+    b = fn(values[2], values[3], period)
+    return (a[0], a[1], b[0], b[1])
+
+
+def unsample(profile: Profile) -> Profile:
+    """Return a profile whose values are estimates of the true counts and bytes."""
+    if profile.unsampled:
+        return profile
+    mode, period = profile.sampling, profile.period
+    if mode not in ("v1", "v2"):
+        return profile.with_(unsampled=True)
+    samples = tuple(
+        Sample(
+            s.stack,
+            scale_values(s.values, mode, period),
+            tuple(ThreadValues(t.thread, scale_values(t.values, mode, period)) for t in s.threads),
+        )
+        for s in profile.samples
+    )
+    threads = tuple(
+        Thread(t.id, t.name, scale_values(t.values, mode, period) if t.values else ())
+        for t in profile.threads
+    )
+    return profile.with_(samples=samples, threads=threads, unsampled=True)

@@ -1,0 +1,67 @@
+"""Command-line options shared by several subcommands, and their translation to options."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heapscope.model import ALLOC_OBJECTS, ALLOC_SPACE, INUSE_OBJECTS, INUSE_SPACE
+from heapscope.symbols import Diagnostic, SymbolOptions
+from heapscope.symbols.options import default_cache_dir
+
+SAMPLE_INDEX = {
+    "inuse_space": INUSE_SPACE,
+    "inuse_objects": INUSE_OBJECTS,
+    "alloc_space": ALLOC_SPACE,
+    "alloc_objects": ALLOC_OBJECTS,
+}
+
+
+def add_symbol_options(p: argparse.ArgumentParser) -> None:
+    """Options telling the symbolizer where binaries and debug info are."""
+    g = p.add_argument_group("symbols")
+    g.add_argument("--binary", action="append", default=[], metavar="FILE",
+                   help="use FILE for the module with the same name or build-id "
+                        "(a single --binary also stands for the main executable)")
+    g.add_argument("--search-path", action="append", default=[], metavar="DIR",
+                   help="look for binaries in DIR (by base name and by full path under DIR)")
+    g.add_argument("--sysroot", metavar="DIR",
+                   help="resolve the dump's paths under DIR (dumps from containers/other hosts)")
+    g.add_argument("--debug-dir", action="append", default=[], metavar="DIR",
+                   help="a folder holding .build-id/xx/rest.debug files (repeatable)")
+    g.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the symbol cache ($HEAPSCOPE_CACHE_DIR)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="also print informational notes about symbols")
+
+
+def add_sample_options(p: argparse.ArgumentParser) -> None:
+    """The four sample types, jeprof's options in today's spelling."""
+    g = p.add_mutually_exclusive_group()
+    for name in SAMPLE_INDEX:
+        g.add_argument("--" + name.replace("_", "-"), dest="sample", action="store_const",
+                       const=name)
+    p.set_defaults(sample="inuse_space")
+
+
+def symbol_options(args: argparse.Namespace) -> SymbolOptions:
+    """Build SymbolOptions from parsed arguments."""
+    return SymbolOptions(
+        binaries=tuple(args.binary),
+        search_paths=tuple(args.search_path),
+        sysroot=args.sysroot,
+        debug_dirs=tuple(args.debug_dir),
+        cache_dir=None if args.no_cache else default_cache_dir(),
+    )
+
+
+def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
+    """Write symbolizer notes to stderr: warnings always, info only when verbose."""
+    seen: set[str] = set()
+    for d in diags:
+        if d.level != "warning" and not verbose:
+            continue
+        text = str(d)
+        if text not in seen:
+            seen.add(text)
+            print(f"heapscope: {text}", file=sys.stderr)

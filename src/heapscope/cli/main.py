@@ -1,0 +1,55 @@
+"""The ``heapscope`` command: parse arguments, dispatch to a subcommand, report errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from heapscope import __version__
+from heapscope.cli import shell, top
+from heapscope.errors import HeapscopeError
+
+
+def parser() -> argparse.ArgumentParser:
+    """The full argument parser with every subcommand registered."""
+    p = argparse.ArgumentParser(
+        prog="heapscope",
+        description="Find memory leaks in native processes with jemalloc's heap profiler.",
+    )
+    p.add_argument("--version", action="version", version=f"heapscope {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    top.register(sub)
+    shell.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit status."""
+    args = parser().parse_args(argv)
+    try:
+        rc: int = args.func(args)
+        sys.stdout.flush()
+        return rc
+    except HeapscopeError as e:
+        print(f"heapscope: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("heapscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `heapscope top … | head`: the reader went away; exit quietly like other tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

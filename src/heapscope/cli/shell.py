@@ -1,0 +1,158 @@
+"""The interactive shell (``heapscope shell DUMP`` or ``heapscope top DUMP -i``).
+
+It speaks jeprof's interactive dialect so the seeds' habits work unchanged: ``top``,
+``top30``, ``top --cum``, ``top --lines``, a bare regex to focus and ``-regex`` to ignore, plus
+``focus RE``/``ignore RE`` to set them for later commands, the sample types, ``help`` and
+``quit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from dataclasses import replace
+from typing import TextIO
+
+from heapscope.analysis.aggregate import GRANULARITIES
+from heapscope.cli.common import SAMPLE_INDEX
+from heapscope.errors import HeapscopeError
+from heapscope.model import Profile
+from heapscope.render.text import render_table
+
+HELP = """\
+Commands:
+  top [N] / topN [options] [RE] [-RE]   show the top N rows (default 10)
+      options: --cum --lines --functions --files --addresses --show-bytes
+               --inuse-space --inuse-objects --alloc-space --alloc-objects
+      RE focuses on stacks through a frame matching RE; -RE ignores them
+  focus RE | focus        set (or clear) a focus for the following commands
+  ignore RE | ignore      set (or clear) an ignore pattern
+  inuse_space | inuse_objects | alloc_space | alloc_objects   switch sample type
+  help                    this text
+  quit | exit | Ctrl-D    leave
+"""
+
+_TOP = re.compile(r"^(?:top|text)(\d*)$")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``shell`` subcommand (same options as ``top``, always interactive)."""
+    from heapscope.cli import top
+
+    p = sub.add_parser("shell", help="interactive shell on a heap dump (like jeprof's prompt)")
+    p.add_argument("dumps", nargs="+", metavar="DUMP")
+    top.add_view_options(p)
+    p.add_argument("--thread", metavar="ID|NAME")
+    p.add_argument("--base", metavar="DUMP")
+    p.add_argument("--merge", action="store_true")
+    from heapscope.cli.common import add_symbol_options
+
+    add_symbol_options(p)
+    p.set_defaults(func=_run, format="text", interactive=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from heapscope.cli import top
+
+    return top.run(args)
+
+
+class Shell:
+    """A read-eval-print loop over already prepared profiles."""
+
+    def __init__(self, profiles: list[Profile], view: object,
+                 base: list[Profile] | None = None,
+                 stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
+        from heapscope.cli.top import View
+
+        assert isinstance(view, View)
+        self.profiles = profiles
+        self.base = base
+        self.view = replace(view, nodecount=10)
+        self.stdin = stdin or sys.stdin
+        self.stdout = stdout or sys.stdout
+
+    def loop(self) -> None:
+        """Read commands until quit or end of input."""
+        interactive = self.stdin.isatty()
+        if interactive:
+            self.stdout.write("heapscope shell: type 'help' for commands, 'quit' to leave.\n")
+        while True:
+            if interactive:
+                self.stdout.write("(heapscope) ")
+                self.stdout.flush()
+            line = self.stdin.readline()
+            if not line:
+                if interactive:
+                    self.stdout.write("\n")
+                return
+            if not self.execute(line.strip()):
+                return
+
+    def execute(self, line: str) -> bool:
+        """Run one command; return False when the shell should exit."""
+        if not line:
+            return True
+        try:
+            words = shlex.split(line)
+        except ValueError as e:
+            self.stdout.write(f"error: {e}\n")
+            return True
+        cmd, rest = words[0], words[1:]
+        if cmd in ("quit", "exit", "q"):
+            return False
+        if cmd in ("help", "?", "h"):
+            self.stdout.write(HELP)
+            return True
+        if cmd in SAMPLE_INDEX:
+            self.view = replace(self.view, sample=cmd)
+            self.stdout.write(f"sample type: {cmd}\n")
+            return True
+        if cmd in ("focus", "ignore"):
+            pattern = " ".join(rest) or None
+            self.view = replace(self.view, **{cmd: pattern})
+            self.stdout.write(f"{cmd}: {pattern or '(none)'}\n")
+            return True
+        m = _TOP.match(cmd)
+        if m:
+            try:
+                self._top(int(m.group(1)) if m.group(1) else None, rest)
+            except HeapscopeError as e:
+                self.stdout.write(f"error: {e}\n")
+            return True
+        self.stdout.write(f"unknown command {cmd!r}; type 'help'\n")
+        return True
+
+    def _top(self, n: int | None, words: list[str]) -> None:
+        from heapscope.cli.top import build_table
+
+        view = self.view
+        if n is not None:
+            view = replace(view, nodecount=n)
+        focus: list[str] = []
+        ignore: list[str] = []
+        for w in words:
+            opt = w.lstrip("-").replace("-", "_")
+            if w.startswith("--") and opt == "cum":
+                view = replace(view, cum=True)
+            elif w.startswith("--") and opt in GRANULARITIES:
+                view = replace(view, granularity=opt)
+            elif w.startswith("--") and opt in SAMPLE_INDEX:
+                view = replace(view, sample=opt)
+            elif w.startswith("--") and opt == "show_bytes":
+                view = replace(view, show_bytes=True)
+            elif w.isdigit() and n is None:
+                view = replace(view, nodecount=int(w))
+            elif w.startswith("-") and len(w) > 1:
+                ignore.append(w[1:])
+            else:
+                focus.append(w)
+        if focus:
+            view = replace(view, focus="|".join(f"(?:{f})" for f in focus))
+        if ignore:
+            view = replace(view, ignore="|".join(f"(?:{i})" for i in ignore))
+        table, rows = build_table(self.profiles, view, self.base)
+        render_table(self.stdout, table, rows, granularity=view.granularity,
+                     show_bytes=view.show_bytes, diff=bool(self.base))

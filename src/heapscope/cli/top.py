@@ -1,0 +1,157 @@
+"""``heapscope top``: the flat/cumulative table, the replacement for ``jeprof --text``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from heapscope.analysis.aggregate import GRANULARITIES, Row, Table, aggregate, sort_rows, subtract
+from heapscope.analysis.filter import compile_re, focus, ignore, select_threads
+from heapscope.cli.common import (
+    SAMPLE_INDEX,
+    add_sample_options,
+    add_symbol_options,
+    print_diagnostics,
+    symbol_options,
+)
+from heapscope.errors import UsageError
+from heapscope.model import Profile
+from heapscope.prepare import Prepared, expand_inputs, prepare
+from heapscope.progress import DelayedProgress
+from heapscope.render.json import render_json, table_dict
+from heapscope.render.text import render_table
+
+
+def add_view_options(p: argparse.ArgumentParser) -> None:
+    """Options that shape a top view (shared with the interactive shell)."""
+    add_sample_options(p)
+    g = p.add_mutually_exclusive_group()
+    for gran in GRANULARITIES:
+        g.add_argument("--" + gran, dest="granularity", action="store_const", const=gran)
+    p.set_defaults(granularity="functions")
+    p.add_argument("--cum", action="store_true", help="sort by cumulative value")
+    p.add_argument("-n", "--nodecount", type=int, default=20, metavar="N",
+                   help="show N rows (0 = all; default 20)")
+    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
+    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    p.add_argument("--show-bytes", action="store_true", help="print bytes, not MiB")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``top`` subcommand."""
+    p = sub.add_parser("top", help="top allocation sites of heap dumps (like jeprof --text)",
+                       description="Print the top allocation sites of one or more heap dumps.")
+    p.add_argument("dumps", nargs="+", metavar="DUMP",
+                   help="jemalloc heap dump (.heap, .heap.gz) or a folder of dumps")
+    add_view_options(p)
+    p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
+    p.add_argument("--base", metavar="DUMP", help="show the difference from this base dump")
+    p.add_argument("--merge", action="store_true", help="add several dumps into one report")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-i", "--interactive", action="store_true",
+                   help="open an interactive shell (top, topN, --cum, focus, …)")
+    add_symbol_options(p)
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything that shapes one table."""
+
+    sample: str = "inuse_space"
+    granularity: str = "functions"
+    cum: bool = False
+    nodecount: int = 20
+    focus: str | None = None
+    ignore: str | None = None
+    show_bytes: bool = False
+
+
+def view_from_args(args: argparse.Namespace) -> View:
+    """The View described by parsed arguments."""
+    return View(args.sample, args.granularity, args.cum, args.nodecount, args.focus,
+                args.ignore, args.show_bytes)
+
+
+def filtered(profile: Profile, view: View) -> Profile:
+    """Apply the view's focus and ignore patterns to a profile."""
+    if view.focus:
+        profile = focus(profile, compile_re(view.focus, "--focus"))
+    if view.ignore:
+        profile = ignore(profile, compile_re(view.ignore, "--ignore"))
+    return profile
+
+
+def build_table(profiles: list[Profile], view: View,
+                base: list[Profile] | None = None) -> tuple[Table, tuple[Row, ...]]:
+    """Aggregate profiles (minus base ones) and return the table and its displayed rows."""
+    index = SAMPLE_INDEX[view.sample]
+    table = aggregate([filtered(p, view) for p in profiles], index, view.granularity)
+    if base:
+        table = subtract(table, aggregate([filtered(p, view) for p in base], index,
+                                          view.granularity))
+    rows = sort_rows(table, view.cum)
+    if view.nodecount > 0:
+        rows = rows[: view.nodecount]
+    return table, rows
+
+
+def _load(paths: list[str], args: argparse.Namespace, bar: DelayedProgress) -> list[Prepared]:
+    opts = symbol_options(args)
+    out = []
+    for path in paths:
+        prep = prepare(path, opts, threads=bool(args.thread), progress=bar.update)
+        print_diagnostics(prep.diagnostics, args.verbose)
+        profile = prep.profile
+        if args.thread:
+            profile = select_threads(profile, args.thread)
+        out.append(Prepared(profile, prep.diagnostics))
+    return out
+
+
+def _warn_empty(table: Table, view: View) -> None:
+    if table.total == 0 and view.sample.startswith("alloc"):
+        print("heapscope: note: no allocation totals in this dump; they are recorded only with "
+              "MALLOC_CONF=prof_accum:true", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope top``."""
+    paths = expand_inputs(args.dumps)
+    view = view_from_args(args)
+    if args.interactive and (len(paths) > 1 and not args.merge):
+        raise UsageError("-i works on one dump (or several with --merge)")
+    with DelayedProgress() as bar:
+        prepared = _load(paths, args, bar)
+        base = _load(expand_inputs([args.base]), args, bar) if args.base else None
+    profiles = [p.profile for p in prepared]
+    base_profiles = [p.profile for p in base] if base else None
+    if args.interactive:
+        from heapscope.cli.shell import Shell
+
+        Shell(profiles, view, base_profiles).loop()
+        return 0
+    groups = [profiles] if args.merge or len(profiles) == 1 else [[p] for p in profiles]
+    reports: list[dict[str, Any]] = []
+    for k, group in enumerate(groups):
+        table, rows = build_table(group, view, base_profiles)
+        if args.format == "json":
+            d = table_dict(table, rows)
+            d["sources"] = [p.source for p in group]
+            reports.append(d)
+            continue
+        if len(groups) > 1:
+            if k:
+                sys.stdout.write("\n")
+            p = group[0]
+            pid = f" (pid {p.pid})" if p.pid is not None else ""
+            sys.stdout.write(f"==> {p.source}{pid} <==\n")
+        _warn_empty(table, view)
+        title = f"t{args.thread}" if args.thread else ""
+        render_table(sys.stdout, table, rows, granularity=view.granularity,
+                     show_bytes=view.show_bytes, title=title, diff=bool(base_profiles))
+    if args.format == "json":
+        render_json(sys.stdout, reports[0] if len(reports) == 1 else {"reports": reports})
+    return 0

@@ -1,0 +1,128 @@
+"""Reader for jemalloc's threaded heap profile format (``heap_v2/<R>``, jemalloc 4.0 and later).
+
+Layout (jemalloc ``src/prof_data.c``): a ``heap_v2/R`` line; a header block of ``t*:`` (all
+threads) and ``tN:`` lines (one per live thread, optionally followed by the thread's name, which
+may contain blanks); then per stack an ``@ 0x… 0x…`` line (leaf first; possibly no frames) with
+its own ``t*:`` and ``tN:`` lines; then ``MAPPED_LIBRARIES:`` and the process's memory map.
+Every count is ``curobjs: curbytes [accumobjs: accumbytes]``. Values are kept raw: jemalloc
+5.3 writes numbers pre-adjusted for jeprof's formula, so the unsample pass must still run.
+"""
+
+from __future__ import annotations
+
+import re
+
+from heapscope.errors import InputError
+from heapscope.formats.maps import parse_maps
+from heapscope.model import Profile, Sample, Thread, ThreadValues
+
+_HEADER = re.compile(r"^heap_v2/(\d+)\s*$")
+_COUNTS = re.compile(
+    r"^\s*t(\*|\d+):\s*(\d+):\s*(\d+)\s*\[\s*(\d+):\s*(\d+)\s*\](?:[ \t](.*))?$"
+)
+
+
+def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], str]:
+    m = _COUNTS.match(line)
+    if m is None:
+        raise InputError(path, f"line {lineno}: malformed count line: {line.strip()[:60]!r}")
+    values = (float(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
+    return m.group(1), values, (m.group(6) or "").rstrip("\r\n")
+
+
+def _stack(path: str, lineno: int, line: str, cache: dict[str, int]) -> tuple[int, ...]:
+    out = []
+    for tok in line[1:].split():
+        a = cache.get(tok)
+        if a is None:
+            try:
+                a = int(tok, 16)
+            except ValueError:
+                raise InputError(
+                    path, f"line {lineno}: bad address {tok[:30]!r} in stack"
+                ) from None
+            cache[tok] = a
+        out.append(a)
+    return tuple(out)
+
+
+def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Profile:
+    """Parse the lines of a heap_v2 dump; ``threads`` keeps per-thread values per stack."""
+    start = 0
+    while start < len(lines) and (not lines[start].strip() or _stray(lines[start])):
+        start += 1
+    m = _HEADER.match(lines[start]) if start < len(lines) else None
+    if m is None:
+        raise InputError(path, "not a jemalloc heap_v2 profile (bad first line)")
+    period = int(m.group(1))
+
+    header: tuple[float, ...] = ()
+    thread_list: list[Thread] = []
+    samples: list[Sample] = []
+    cache: dict[str, int] = {}
+    stack: tuple[int, ...] | None = None
+    values: tuple[float, ...] | None = None
+    per_thread: list[ThreadValues] = []
+    maps_at = -1
+
+    def flush() -> None:
+        if stack is not None:
+            if values is None:
+                raise InputError(path, "truncated: a stack has no counts (still being written?)")
+            samples.append(Sample(stack, values, tuple(per_thread)))
+
+    i = start + 1
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        i += 1
+        if not line or line.isspace():
+            continue
+        c = line[0]
+        if c == "@":
+            flush()
+            stack = _stack(path, i, line, cache)
+            values = None
+            per_thread = []
+        elif c == " " or c == "\t" or c == "t":
+            if stack is not None and not threads and not line.lstrip().startswith("t*"):
+                continue  # per-thread line of a stack, not wanted: skip the parse cost
+            tid, vals, name = _counts(path, i, line)
+            if stack is None:
+                if tid == "*":
+                    header = vals
+                else:
+                    thread_list.append(Thread(int(tid), name, vals))
+            elif tid == "*":
+                if values is not None:
+                    raise InputError(path, f"line {i}: two t* lines for one stack")
+                values = vals
+            elif threads:
+                per_thread.append(ThreadValues(int(tid), vals))
+        elif line.startswith("MAPPED_LIBRARIES:") or line.startswith("--- Memory map:"):
+            maps_at = i
+            break
+        elif _stray(line):
+            continue
+        else:
+            raise InputError(path, f"line {i}: unexpected line {line.strip()[:60]!r}")
+    flush()
+    if maps_at < 0:
+        raise InputError(
+            path, "truncated: no MAPPED_LIBRARIES section (is the dump still being written?)"
+        )
+    return Profile(
+        samples=tuple(samples),
+        mappings=parse_maps(lines[maps_at:]),
+        period=period,
+        sampling="v2",
+        header=header,
+        threads=tuple(thread_list),
+        source=path,
+        format="heap_v2",
+    )
+
+
+def _stray(line: str) -> bool:
+    """jemalloc's own messages (leak summary, warnings) sometimes land inside dump files."""
+    return line.startswith("<jemalloc>")

@@ -1,0 +1,106 @@
+"""Open a dump file of any supported kind: detect gzip and the format, read file-name facts.
+
+jemalloc names dumps ``<prefix>.<pid>.<seq>.<kind><n>.heap`` (kind ``f`` final, ``i`` interval,
+``m`` manual ``prof.dump``, ``u`` gdump); 5.3.1 may put the pid namespace before the pid.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from dataclasses import dataclass
+
+from heapscope.errors import InputError
+from heapscope.formats.gperftools import parse_legacy
+from heapscope.formats.jemalloc import parse_heap_v2
+from heapscope.model import Profile
+
+_NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.gz)?$")
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class DumpName:
+    """Facts jemalloc encodes in a dump's file name."""
+
+    pid: int
+    seq: int
+    kind: str  # "f", "i", "m" or "u"
+    index: int  # the n of i<n>/m<n>/u<n>; -1 for the final dump
+
+
+def parse_dump_name(path: str) -> DumpName | None:
+    """Read pid, sequence and kind from a jemalloc dump file name; None if it has no such name."""
+    m = _NAME.search(os.path.basename(path))
+    if m is None:
+        return None
+    kind = m.group(3)
+    return DumpName(
+        pid=int(m.group(1)),
+        seq=int(m.group(2)),
+        kind=kind[0],
+        index=int(kind[1:]) if len(kind) > 1 else -1,
+    )
+
+
+def read_text(path: str) -> str:
+    """Read a dump's text, transparently decompressing gzip, with one-line errors."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a dump file") from None
+    except PermissionError:
+        raise InputError(path, "permission denied") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    if not data:
+        raise InputError(path, "empty file (is the dump still being written?)")
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):
+            raise InputError(path, "corrupt or truncated gzip data") from None
+        if not data:
+            raise InputError(path, "empty file inside gzip")
+    if b"\x00" in data[:4096]:
+        raise InputError(path, "binary data, not a jemalloc heap profile")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Paths in the memory map may be in any encoding; keep going rather than refuse.
+        return data.decode("latin-1")
+
+
+def _first_line(lines: list[str]) -> str:
+    for line in lines:
+        if line.strip() and not line.startswith("<jemalloc>"):
+            return line
+    return ""
+
+
+def load(path: str, *, threads: bool = False) -> Profile:
+    """Load one heap dump (heap_v2 or legacy, plain or gzip) into a raw Profile."""
+    lines = read_text(path).splitlines()
+    first = _first_line(lines)
+    if first.startswith("heap_v2/"):
+        profile = parse_heap_v2(path, lines, threads=threads)
+    elif first.startswith("heap profile:"):
+        profile = parse_legacy(path, lines)
+    elif first.startswith("--- symbol") or first.startswith("%"):
+        raise InputError(path, "symbolized/remote pprof text profiles are not supported yet")
+    else:
+        shown = first.strip()[:40]
+        raise InputError(path, f"not a jemalloc heap profile (first line {shown!r})")
+    name = parse_dump_name(path)
+    try:
+        mtime: float | None = os.stat(path).st_mtime
+    except OSError:
+        mtime = None
+    if name is not None:
+        profile = profile.with_(pid=name.pid, seq=name.seq, kind=name.kind)
+    return profile.with_(time=mtime)

@@ -1,0 +1,205 @@
+"""The raw profile model every pass reads and every view is derived from.
+
+The shape follows pprof's profile.proto: samples refer to locations by their raw address, a
+location belongs to at most one mapping and, once symbolized, carries frames (innermost first,
+so inlined callees come before the function that contains them). Values are kept exactly as
+parsed; unsampling is a separate pass that returns a new Profile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping as MappingT
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+INUSE_OBJECTS = 0
+INUSE_SPACE = 1
+ALLOC_OBJECTS = 2
+ALLOC_SPACE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ValueType:
+    """A kind of sample value, e.g. ``inuse_space`` measured in ``bytes``."""
+
+    type: str
+    unit: str
+
+
+HEAP_SAMPLE_TYPES: tuple[ValueType, ...] = (
+    ValueType("inuse_objects", "count"),
+    ValueType("inuse_space", "bytes"),
+    ValueType("alloc_objects", "count"),
+    ValueType("alloc_space", "bytes"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """One line of the process's memory map: a file (or anonymous) region at an address."""
+
+    start: int
+    limit: int
+    offset: int
+    path: str
+    perms: str = "r-xp"
+    build_id: str = ""
+    deleted: bool = False
+
+    @property
+    def executable(self) -> bool:
+        """True when the region is mapped executable."""
+        return len(self.perms) > 2 and self.perms[2] == "x"
+
+    @property
+    def anonymous(self) -> bool:
+        """True for regions with no backing file (JIT code, heap, stacks)."""
+        return not self.path or self.path.startswith("[")
+
+    @property
+    def name(self) -> str:
+        """The module's short name: the file's base name, or the bracketed pseudo-path."""
+        if not self.path:
+            return "[anon]"
+        return self.path if self.path.startswith("[") else os.path.basename(self.path)
+
+    def contains(self, address: int) -> bool:
+        """True when ``address`` lies in ``[start, limit)``."""
+        return self.start <= address < self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One function activation at a location; several when calls were inlined.
+
+    ``function`` is the display name (demangled, parameters removed); ``full_name`` keeps the
+    whole demangled signature and ``system_name`` the raw (mangled) symbol, when known. An
+    empty ``function`` means the address is not inside any known symbol.
+    """
+
+    function: str
+    file: str = ""
+    line: int = 0
+    inlined: bool = False
+    full_name: str = ""
+    system_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A code address, the mapping it falls in, and its frames once symbolized.
+
+    ``module`` is the mapping's short name (or ``[jit]``/``[unknown]``), ``offset`` the address
+    relative to the module's load base (what ``module+0xoffset`` prints). ``frames`` is empty
+    until symbolization; innermost first, the last one is the real (non-inlined) function.
+    """
+
+    address: int
+    mapping: Mapping | None = None
+    module: str = ""
+    offset: int = 0
+    frames: tuple[Frame, ...] = ()
+
+    @property
+    def fallback_name(self) -> str:
+        """The name printed when no symbol covers the address: ``module+0xoffset``."""
+        if self.module:
+            return f"{self.module}+{self.offset:#x}"
+        return f"{self.address:#x}"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadValues:
+    """A stack's values for one thread (jemalloc's per-thread ``tN:`` lines)."""
+
+    thread: int
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One allocation stack and its values.
+
+    ``stack`` holds raw addresses, leaf first, as written in the dump (keys into
+    ``Profile.locations``). ``values`` are aligned with ``Profile.sample_types``; ``threads``
+    splits them per thread where the dump says so.
+    """
+
+    stack: tuple[int, ...]
+    values: tuple[float, ...]
+    threads: tuple[ThreadValues, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A thread named in the dump header: jemalloc's thread uid and optional name."""
+
+    id: int
+    name: str = ""
+    values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A heap profile: samples, the memory map, and where it came from.
+
+    ``sampling`` names how values must be unsampled: ``"v2"`` (jemalloc/tcmalloc heap_v2,
+    Poisson sampling every ``period`` bytes on average), ``"v1"`` (legacy ``heap/P``) or
+    ``"none"`` (every allocation recorded). ``unsampled`` is True once the unsample pass ran.
+    """
+
+    samples: tuple[Sample, ...]
+    mappings: tuple[Mapping, ...] = ()
+    sample_types: tuple[ValueType, ...] = HEAP_SAMPLE_TYPES
+    period: int = 0
+    sampling: str = "v2"
+    unsampled: bool = False
+    header: tuple[float, ...] = ()
+    threads: tuple[Thread, ...] = ()
+    locations: MappingT[int, Location] = field(default_factory=lambda: MappingProxyType({}))
+    pid: int | None = None
+    seq: int | None = None
+    kind: str = ""
+    source: str = ""
+    time: float | None = None
+    format: str = "heap_v2"
+
+    def with_(self, **changes: object) -> Profile:
+        """Return a copy with some fields replaced (the model is never mutated)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def addresses(self) -> set[int]:
+        """Every distinct address that appears in any stack."""
+        out: set[int] = set()
+        for s in self.samples:
+            out.update(s.stack)
+        return out
+
+    def caller_addresses(self) -> set[int]:
+        """Addresses that appear at least once in a non-leaf position (return addresses)."""
+        out: set[int] = set()
+        for s in self.samples:
+            out.update(s.stack[1:])
+        return out
+
+    def location(self, address: int) -> Location:
+        """The location for ``address``; a bare one when it was never symbolized."""
+        loc = self.locations.get(address)
+        return loc if loc is not None else Location(address)
+
+    def stack_locations(self, sample: Sample) -> Iterator[Location]:
+        """The sample's locations, leaf first."""
+        for a in sample.stack:
+            yield self.location(a)
+
+    def thread_name(self, thread: int) -> str:
+        """The name given to a thread uid in the header, or '' if none."""
+        for t in self.threads:
+            if t.id == thread:
+                return t.name
+        return ""
+
+    def total(self, index: int) -> float:
+        """Sum of one value over all samples."""
+        return sum(s.values[index] for s in self.samples)

@@ -1,0 +1,71 @@
+"""The shared front half of every report: find dumps, load, unsample, symbolize, prune.
+
+Every command (and later the web viewer) calls :func:`prepare` so that all views are derived
+from the same symbolized, unsampled, allocator-pruned profile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from heapscope.analysis.prune import prune
+from heapscope.analysis.unsample import unsample
+from heapscope.errors import InputError
+from heapscope.formats.load import load, parse_dump_name
+from heapscope.model import Profile
+from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A profile ready for views, plus what the symbolizer said about it."""
+
+    profile: Profile
+    diagnostics: tuple[Diagnostic, ...] = field(default=())
+
+
+def _dump_order(path: str) -> tuple[int, int, int, str]:
+    name = parse_dump_name(path)
+    if name is None:
+        return (1 << 62, 0, 0, path)
+    return (name.pid, name.seq, name.index, path)
+
+
+def expand_inputs(paths: Iterable[str]) -> list[str]:
+    """Turn the user's arguments into dump files; a folder means the dumps inside it.
+
+    Dumps in a folder are ordered by pid, then jemalloc's sequence numbers (numerically, so
+    ``m10`` follows ``m9``).
+    """
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = []
+            for root, _dirs, files in os.walk(p):
+                for f in files:
+                    if f.endswith((".heap", ".heap.gz")):
+                        found.append(os.path.join(root, f))
+            if not found:
+                raise InputError(p, "folder holds no .heap dumps")
+            out.extend(sorted(found, key=_dump_order))
+        else:
+            out.append(p)
+    return out
+
+
+def prepare(
+    path: str,
+    options: SymbolOptions,
+    *,
+    threads: bool = False,
+    progress: ProgressFn | None = None,
+) -> Prepared:
+    """Load one dump and return it unsampled, symbolized and with allocator frames pruned."""
+    raw = load(path, threads=threads)
+    estimated = unsample(raw)
+    result = symbolize(estimated, options, progress)
+    return Prepared(prune(result.profile), result.diagnostics)
