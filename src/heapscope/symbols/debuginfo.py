@@ -1,0 +1,160 @@
+"""Find the separate debug file of a binary: debug dirs, .build-id trees, debuglink, debuginfod.
+
+The search follows GDB's order ("Separate Debug Files") with the user's ``--debug-dir``
+directories first and debuginfod last. A candidate is accepted only when it is an ELF file
+with DWARF or a symbol table, its build-id equals the binary's (when both have one) and, for
+files found through ``.gnu_debuglink`` without a build-id to prove the match, its CRC32 equals
+the one recorded in the binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from heapscope.symbols.elf import ElfError, ElfInfo, file_crc32
+from heapscope.symbols.options import SymbolOptions
+
+DEBUGINFOD_TIMEOUT = 10.0  # seconds; debuginfod's own default (90 s) is far too patient
+NEGATIVE_TTL = 600.0  # seconds a 404 is remembered, as libdebuginfod's cache_miss_s
+_USER_AGENT = "heapscope (debuginfod client)"
+
+
+@dataclass
+class DebugFinder:
+    """Looks up separate debug files; ``download_dir`` receives debuginfod downloads."""
+
+    options: SymbolOptions
+    download_dir: str | None
+    notes: list[str] = field(default_factory=list)  # problems worth telling the user about
+
+    def find(self, binary: ElfInfo) -> ElfInfo | None:
+        """The debug file for ``binary``, or None when there is none anywhere."""
+        bid = binary.build_id
+        link = binary.debuglink
+        here = os.path.dirname(binary.path)
+        for d in self.options.debug_dirs:
+            if bid:
+                found = self._accept(_build_id_path(d, bid), binary, None)
+                if found:
+                    return found
+            if link:
+                found = self._accept(os.path.join(d, link[0]), binary, link[1])
+                if found:
+                    return found
+        if bid:
+            found = self._accept(_build_id_path(self.options.system_debug_dir, bid), binary, None)
+            if found:
+                return found
+        if link:
+            name, crc = link
+            system_dir = self.options.system_debug_dir.rstrip("/") + os.path.abspath(here)
+            for cand in (
+                os.path.join(here, name),
+                os.path.join(here, ".debug", name),
+                os.path.join(system_dir, name),
+            ):
+                found = self._accept(cand, binary, crc)
+                if found:
+                    return found
+        if bid and self.options.debuginfod_urls and self.download_dir:
+            path = fetch_debuginfo(
+                bid, self.options.debuginfod_urls, self.download_dir, self.notes
+            )
+            if path:
+                return self._accept(path, binary, None)
+        return None
+
+    def _accept(self, path: str, binary: ElfInfo, crc: int | None) -> ElfInfo | None:
+        if not os.path.isfile(path):
+            return None
+        with contextlib.suppress(OSError):
+            if os.path.samefile(path, binary.path):
+                return None  # a debuglink naming the binary itself
+        try:
+            info = ElfInfo.read(path)
+        except ElfError as exc:
+            self.notes.append(f"ignored debug file {exc}")
+            return None
+        if not (info.has_debug_info or info.has_symtab):
+            return None
+        if binary.build_id and info.build_id:
+            if binary.build_id != info.build_id:
+                self.notes.append(f"ignored debug file {path}: build-id {info.build_id[:12]}…")
+                return None
+        elif crc is not None and file_crc32(path) != crc:
+            self.notes.append(f"ignored debug file {path}: CRC does not match .gnu_debuglink")
+            return None
+        return info
+
+
+def _build_id_path(root: str, build_id: str) -> str:
+    return os.path.join(root, ".build-id", build_id[:2], build_id[2:] + ".debug")
+
+
+def fetch_debuginfo(
+    build_id: str, urls: tuple[str, ...], root: str, notes: list[str]
+) -> str | None:
+    """Download ``/buildid/<id>/debuginfo`` from the first server that has it.
+
+    The file lands in ``root/debuginfod/<id>/debuginfo`` (libdebuginfod's layout), written to
+    a temporary file and renamed so an interrupted download never leaves a partial file. A
+    miss on every server is remembered for :data:`NEGATIVE_TTL` seconds.
+    """
+    build_id = build_id.lower()
+    folder = os.path.join(root, "debuginfod", build_id)
+    target = os.path.join(folder, "debuginfo")
+    if os.path.isfile(target):
+        return target
+    miss = os.path.join(folder, ".miss")
+    with contextlib.suppress(OSError):
+        if time.time() - os.stat(miss).st_mtime < NEGATIVE_TTL:
+            return None
+    timeout = _timeout()
+    all_missing = True
+    for url in urls:
+        req = urllib.request.Request(
+            f"{url.rstrip('/')}/buildid/{build_id}/debuginfo",
+            headers={"User-Agent": _USER_AGENT},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                os.makedirs(folder, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+                try:
+                    with os.fdopen(fd, "wb") as out:
+                        while chunk := resp.read(1 << 20):
+                            out.write(chunk)
+                    os.replace(tmp, target)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
+                return target
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                all_missing = False
+                notes.append(f"debuginfod {url}: HTTP {exc.code} for build-id {build_id}")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            all_missing = False
+            reason = getattr(exc, "reason", exc)
+            notes.append(f"debuginfod {url}: {reason}")
+    if all_missing:
+        # Only a clean "not found" everywhere is remembered; network errors are retried.
+        with contextlib.suppress(OSError):
+            os.makedirs(folder, exist_ok=True)
+            with open(miss, "w"):
+                pass
+    return None
+
+
+def _timeout() -> float:
+    try:
+        value = float(os.environ.get("DEBUGINFOD_TIMEOUT", ""))
+    except ValueError:
+        return DEBUGINFOD_TIMEOUT
+    return value if value > 0 else DEBUGINFOD_TIMEOUT

@@ -1,0 +1,69 @@
+"""Allocator frames are removed by module and by name; the caller that asked stays."""
+
+from __future__ import annotations
+
+import pytest
+
+from heapscope.analysis.prune import is_allocator_name, prune
+from tests.unit.builders import Builder
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "malloc", "calloc", "realloc", "posix_memalign", "operator new", "operator new[]",
+        "je_prof_backtrace", "_rjem_je_prof_backtrace", "_rjem_malloc", "prof_backtrace_impl",
+        "imalloc_body", "je_malloc_default", "__rust_alloc", "alloc::alloc::exchange_malloc",
+        "alloc::raw_vec::finish_grow", "strdup", "__GI___strdup", "strndup",
+        "<std::alloc::System as core::alloc::global::GlobalAlloc>::alloc",
+        "std::__new_allocator<int>::allocate", "__gnu_cxx::new_allocator<char>::allocate",
+    ],
+)
+def test_allocator_names(name: str) -> None:
+    assert is_allocator_name(name)
+
+
+@pytest.mark.parametrize("name", ["main", "leak_small", "mallocate_table", "profile_load",
+                                  "app::Widget<int>::grow", "my_strdup_wrapper"])
+def test_user_names_kept(name: str) -> None:
+    assert not is_allocator_name(name)
+
+
+def _names(b: Builder, p: object) -> list[list[str]]:
+    from heapscope.model import Profile
+
+    assert isinstance(p, Profile)
+    return [[p.location(a).frames[0].function if p.location(a).frames else
+             p.location(a).fallback_name for a in s.stack] for s in p.samples]
+
+
+def test_prune_module_and_names() -> None:
+    b = Builder()
+    p = b.profile(
+        b.sample("je:?internal", "je:prof_backtrace_impl", "je:malloc", "libc:strdup",
+                 "copy_names", "main"),
+        b.sample("je:?x", "operator new", "app::Widget<int>::grow", "main"),
+    )
+    out = prune(p)
+    assert _names(b, out) == [["copy_names", "main"], ["app::Widget<int>::grow", "main"]]
+
+
+def test_stops_at_first_user_frame() -> None:
+    b = Builder()
+    p = b.profile(b.sample("je:malloc", "user_fn", "libc:strdup", "main"))
+    assert _names(b, prune(p)) == [["user_fn", "strdup", "main"]]
+
+
+def test_all_allocator_keeps_outermost() -> None:
+    b = Builder()
+    p = b.profile(b.sample("je:a", "je:b"))
+    assert len(prune(p).samples[0].stack) == 1
+
+
+def test_inlined_allocator_shim_trimmed_from_leaf() -> None:
+    b = Builder()
+    p = b.profile(b.sample("je:malloc",
+                           "std::__new_allocator<int>::allocate@new.h:9;fill@f.cc:3", "main"))
+    out = prune(p)
+    leaf = out.location(out.samples[0].stack[0])
+    assert [f.function for f in leaf.frames] == ["fill"]
