@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install what heapscope needs on Debian/Ubuntu (as root) and the package into ./.venv.
+# Usage: bash scripts/setup.sh [--dev]   (--dev adds the test tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(python3 python3-venv python3-pip gcc g++ libc6-dev libjemalloc2 libjemalloc-dev
+          llvm binutils elfutils perl graphviz)
+if [[ "${1:-}" == "--dev" ]]; then
+    packages+=(libc6-dbg)
+    command -v rustc >/dev/null 2>&1 || packages+=(rustc)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "heapscope setup: installing ${missing[*]}" >&2
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+    "$PY" -m venv .venv
+fi
+extra=""
+[[ "${1:-}" == "--dev" ]] && extra="[dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extra}"
