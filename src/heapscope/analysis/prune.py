@@ -6,7 +6,9 @@ new``, a Rust shim, a thin libc wrapper such as ``strdup``). jeprof drops only e
 so leaves jemalloc 5.3's internal frames, prefixed ``_rjem_`` builds and unsymbolized frames on
 top. We drop the leading run of frames that are inside the jemalloc image (by module, for
 shared builds) or whose function is an allocator (by name, which also covers jemalloc linked
-statically), and stop at the first frame that is neither.
+statically), and stop at the first frame that is neither. In Rust the whole ``alloc`` crate
+(``Box``, ``Vec``, ``RawVec``, ``String`` internals) is allocation machinery, so its frames
+are skipped too; C++ containers stay visible and only the allocator shims go.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ _PATTERNS = re.compile(
       | prof_malloc.* | prof_realloc | imalloc.* | ialloc.* | iralloc.* | irallocx.* | ixalloc.*
       | .*malloc_default | do_rallocx | do_xallocx | fallback.*NewImpl.*
       | operator\ new.* | tcmalloc::.* | TCMalloc.*
-      | alloc::alloc::.* | alloc::raw_vec::.* | <alloc::alloc::Global\ as\ .*
+      | <?alloc::.*
       | <.*\ as\ core::alloc::global::GlobalAlloc>::.* | tikv_jemallocator::.*
       | __gnu_cxx::new_allocator<.*>::allocate | std::__new_allocator<.*>::allocate
       | std::allocator<.*>::allocate | std::allocator_traits<.*>::allocate

@@ -23,8 +23,9 @@
 //   -----------------------------------------------------------------------------------------
 //   program total                                                         1,501              867,072
 //
-// plus a few small allocations by the Rust runtime (thread info, args) and
-// libstdc++'s 81,920 B emergency pool (Debian's libjemalloc links libstdc++).
+// plus the runtime's own live allocations: one 640 B block from the Rust std
+// runtime and libstdc++'s 81,920 B emergency pool (Debian's libjemalloc.so.2
+// links libstdc++), so jeprof's in-use total is 949,632 B in 1,503 objects.
 // The crate is named "leaky" (rustc derives it from the file name), so the
 // full paths are leaky::app::cache::Store::insert / ::grow.
 
