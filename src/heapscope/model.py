@@ -9,7 +9,8 @@ parsed; unsampling is a separate pass that returns a new Profile.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping as MappingT
+from collections.abc import Iterator
+from collections.abc import Mapping as MappingT
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 

@@ -30,20 +30,29 @@ def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], 
     return m.group(1), values, (m.group(6) or "").rstrip("\r\n")
 
 
-def _stack(path: str, lineno: int, line: str, cache: dict[str, int]) -> tuple[int, ...]:
-    out = []
-    for tok in line[1:].split():
-        a = cache.get(tok)
-        if a is None:
-            try:
-                a = int(tok, 16)
-            except ValueError:
-                raise InputError(
-                    path, f"line {lineno}: bad address {tok[:30]!r} in stack"
-                ) from None
-            cache[tok] = a
-        out.append(a)
-    return tuple(out)
+class _HexCache(dict[str, int]):
+    """Address text to int, parsed once: the same return addresses recur in many stacks."""
+
+    def __missing__(self, tok: str) -> int:
+        value = int(tok, 16)
+        self[tok] = value
+        return value
+
+
+def _stack(path: str, lineno: int, line: str, cache: _HexCache) -> tuple[int, ...]:
+    try:
+        return tuple(map(cache.__getitem__, line[1:].split()))
+    except ValueError:
+        bad = next(t for t in line[1:].split() if not _is_hex(t))
+        raise InputError(path, f"line {lineno}: bad address {bad[:30]!r} in stack") from None
+
+
+def _is_hex(tok: str) -> bool:
+    try:
+        int(tok, 16)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Profile:
@@ -59,7 +68,7 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Prof
     header: tuple[float, ...] = ()
     thread_list: list[Thread] = []
     samples: list[Sample] = []
-    cache: dict[str, int] = {}
+    cache = _HexCache()
     stack: tuple[int, ...] | None = None
     values: tuple[float, ...] | None = None
     per_thread: list[ThreadValues] = []

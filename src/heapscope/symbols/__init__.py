@@ -5,7 +5,7 @@ Public entry point: :func:`symbolize` (implemented in :mod:`heapscope.symbols.re
 
 from __future__ import annotations
 
-from heapscope.symbols.options import Diagnostic, SymbolOptions, Symbolized
+from heapscope.symbols.options import Diagnostic, Symbolized, SymbolOptions
 from heapscope.symbols.resolve import symbolize
 
 __all__ = ["Diagnostic", "SymbolOptions", "Symbolized", "symbolize"]

@@ -63,9 +63,7 @@ class DebugFinder:
                 if found:
                     return found
         if bid and self.options.debuginfod_urls and self.download_dir:
-            path = fetch_debuginfo(
-                bid, self.options.debuginfod_urls, self.download_dir, self.notes
-            )
+            path = fetch_debuginfo(bid, self.options.debuginfod_urls, self.download_dir, self.notes)
             if path:
                 return self._accept(path, binary, None)
         return None

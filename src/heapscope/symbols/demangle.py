@@ -25,13 +25,20 @@ _RAW_CLONE = re.compile(
 )
 # The same suffixes as the Itanium demangler prints them: "foo(int) [clone .isra.0]".
 _CLONE_TAGS = re.compile(r"(?:\s*\[clone [^\]]*\])+$")
+_VERSION = re.compile(r"@@?[A-Za-z0-9_.]+$")
 _ABI_TAG = re.compile(r"\[abi:[^\]]*\]")
 _RUST_LEGACY = re.compile(r"^_ZN.*17h[0-9a-f]{16}E$")
 _RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
 _THUNK_PREFIXES = ("non-virtual thunk to ", "virtual thunk to ", "covariant return thunk to ")
 # Qualifiers that may follow a member function's parameter list.
 _TRAILING_QUALIFIERS = (
-    " const", " volatile", " &&", " &", " noexcept", " transaction_safe", " throw()",
+    " const",
+    " volatile",
+    " &&",
+    " &",
+    " noexcept",
+    " transaction_safe",
+    " throw()",
 )
 # Operator spellings, longest first so "operator<<=" is not read as "operator<".
 _OPERATORS = sorted(
@@ -63,6 +70,9 @@ def demangle(raw: str) -> tuple[str, str]:
 def _demangle(raw: str) -> tuple[str, str]:
     if not raw:
         return "", ""
+    # Static symbol tables spell versioned symbols "name@VERSION" / "name@@VERSION" (e.g.
+    # glibc's __libc_start_main@GLIBC_2.2.5); the version is not part of the name.
+    raw = _VERSION.sub("", raw) or raw
     clone = _RAW_CLONE.search(raw)
     base = raw[: clone.start()] if clone else raw
     if base.startswith("_R") or _RUST_LEGACY.match(base):

@@ -144,6 +144,19 @@ class ElfInfo:
                 return seg
         return None
 
+    def delta(self, mapping: Mapping) -> int | None:
+        """``vaddr - runtime address`` for every address of an executable mapping, or None.
+
+        None when no executable segment explains the mapping (then :meth:`to_vaddr` decides
+        address by address).
+        """
+        if self.position_dependent:
+            return 0
+        seg = self.segment_for_mapping(mapping) if mapping.executable else None
+        if seg is None:
+            return None
+        return mapping.offset - mapping.start - seg.offset + seg.vaddr
+
     def to_vaddr(self, mapping: Mapping, address: int) -> int | None:
         """The ELF virtual address of runtime ``address`` inside ``mapping``, or None.
 
@@ -152,17 +165,14 @@ class ElfInfo:
         if self.position_dependent:
             return address
         file_off = address - mapping.start + mapping.offset
-        # Prefer a segment with the mapping's own executable bit: old single-page layouts
-        # can have a file page shared by two segments.
-        ranked = sorted(self.segments, key=lambda seg: seg.executable != mapping.executable)
-        for seg in ranked:
+        # The mapping maps one segment, and every byte of it (even page bytes before an lld
+        # segment's unaligned p_offset) follows that segment's offset->vaddr rule.
+        mapped = self.segment_for_mapping(mapping) if mapping.executable else None
+        if mapped is not None:
+            return file_off - mapped.offset + mapped.vaddr
+        for seg in self.segments:
             if seg.contains_offset(file_off):
                 return file_off - seg.offset + seg.vaddr
-        # lld may start a segment mid-page (p_offset not page aligned); bytes of the mapped
-        # page before p_offset still follow the same offset->vaddr rule as the segment.
-        seg = self.segment_for_mapping(mapping)
-        if seg is not None:
-            return file_off - seg.offset + seg.vaddr
         return None
 
 

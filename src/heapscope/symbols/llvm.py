@@ -13,8 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from heapscope.errors import ToolError
 
@@ -26,11 +25,11 @@ INSTALL_HINT = (
 _UNKNOWN = ("", "??")
 
 
-@dataclass(frozen=True, slots=True)
-class RawFrame:
+class RawFrame(NamedTuple):
     """One frame as the backend reports it: raw (mangled) function name, file and line.
 
-    ``line`` 0 and ``file`` "" mean the backend found no line information.
+    ``line`` 0 and ``file`` "" mean the backend found no line information. A NamedTuple (not
+    a dataclass) because tens of thousands are built and hashed on every run.
     """
 
     function: str
@@ -97,7 +96,11 @@ class LlvmSymbolizer:
         self.calls += 1
         try:
             proc = subprocess.run(
-                cmd, input=stdin, capture_output=True, text=True, errors="surrogateescape",
+                cmd,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                errors="surrogateescape",
                 check=False,
             )
         except OSError as exc:
@@ -111,13 +114,13 @@ class LlvmSymbolizer:
                 f"llvm-symbolizer gave {len(lines)} answers for {len(vaddrs)} addresses of {path}"
             )
         out: list[list[RawFrame]] = []
-        errors = 0
         for ln in lines:
             frames, failed = _parse_answer(ln)
-            errors += failed
+            if failed:
+                # Our input lines are always valid, so an error is about the object file; LLVM
+                # reports it once, on the first address, and answers "no symbol" after that.
+                raise BackendError(f"llvm-symbolizer cannot read {path}: {_first_error(ln)}")
             out.append(frames)
-        if errors == len(vaddrs):
-            raise BackendError(f"llvm-symbolizer cannot read {path}: {_first_error(lines[0])}")
         return out
 
 

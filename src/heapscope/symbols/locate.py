@@ -1,0 +1,168 @@
+"""Find the file on this machine for each module path named in a dump's memory map.
+
+Candidates, in order: ``--binary`` files (matched by build-id, else by base name; a single
+unmatched ``--binary`` stands for the main executable), ``SYSROOT/path``, each search path
+(``DIR/basename`` and ``DIR/path``), and finally the path itself (not when a sysroot is
+given: then the host's own file is the wrong one). A candidate is rejected when its build-id
+differs from the dump's or when none of its executable segments covers a mapped offset;
+a file newer than the dump with no build-id to vouch for it is used but flagged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from heapscope.model import Mapping
+from heapscope.symbols.elf import ElfError, ElfInfo
+from heapscope.symbols.options import Diagnostic, SymbolOptions
+
+HINT = "pass --binary FILE, --search-path DIR or --sysroot DIR"
+
+
+@dataclass
+class Module:
+    """A file-backed module of the dump: its path, mappings and the file found for it."""
+
+    path: str
+    mappings: list[Mapping]
+    build_id: str = ""  # from the dump, when it recorded one
+    elf: ElfInfo | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The short module name reports print (the file's base name)."""
+        return self.mappings[0].name
+
+    def warn(self, message: str) -> None:
+        """Record a warning about this module."""
+        self.diagnostics.append(Diagnostic(self.name, "warning", message))
+
+    def info(self, message: str) -> None:
+        """Record an informational note about this module."""
+        self.diagnostics.append(Diagnostic(self.name, "info", message))
+
+
+class Locator:
+    """Resolves module paths to files, following :class:`SymbolOptions`."""
+
+    def __init__(
+        self,
+        options: SymbolOptions,
+        modules: Sequence[Module],
+        main_path: str,
+        dump_path: str = "",
+    ) -> None:
+        """``modules`` are all file-backed modules (to decide what a lone ``--binary`` is);
+        ``main_path`` is the executable's path; ``dump_path`` the dump file (for mtimes)."""
+        self.options = options
+        self.main_path = main_path
+        self.dump_mtime_ns = _mtime_ns(dump_path)
+        self.binaries: list[ElfInfo] = []
+        self.diagnostics: list[Diagnostic] = []
+        for b in options.binaries:
+            try:
+                self.binaries.append(ElfInfo.read(b))
+            except ElfError as exc:
+                self.diagnostics.append(
+                    Diagnostic(os.path.basename(b), "warning", f"cannot use --binary: {exc}")
+                )
+        self.main_fallback: ElfInfo | None = None
+        if len(self.binaries) == 1:
+            only = self.binaries[0]
+            if not any(_binary_matches(only, m.path, m.build_id) for m in modules):
+                self.main_fallback = only
+
+    def candidates(self, module: Module) -> list[str]:
+        """Files to try for ``module``, best first, without duplicates."""
+        path = module.path
+        base = os.path.basename(path)
+        out: list[str] = [
+            b.path for b in self.binaries if _binary_matches(b, path, module.build_id)
+        ]
+        if self.main_fallback is not None and path == self.main_path:
+            out.append(self.main_fallback.path)
+        rel = path.lstrip("/")
+        if self.options.sysroot:
+            out.append(os.path.join(self.options.sysroot, rel))
+        for d in self.options.search_paths:
+            out.append(os.path.join(d, base))
+            out.append(os.path.join(d, rel))
+        if not self.options.sysroot:
+            out.append(path)
+        return list(dict.fromkeys(out))
+
+    def locate(self, module: Module) -> None:
+        """Set ``module.elf`` to the first acceptable candidate and record diagnostics."""
+        rejected: list[str] = []
+        tried = self.candidates(module)
+        for cand in tried:
+            if not os.path.isfile(cand):
+                continue
+            try:
+                elf = ElfInfo.read(cand)
+            except ElfError as exc:
+                rejected.append(str(exc))
+                continue
+            problem = self._mismatch(module, elf)
+            if problem:
+                rejected.append(problem)
+                continue
+            module.elf = elf
+            self._check_age(module, elf)
+            return
+        if rejected:
+            for problem in rejected:
+                module.warn(problem)
+            module.warn("no matching file; its addresses are shown as module+offset")
+            return
+        deleted = " (deleted while the process ran)" if module.mappings[0].deleted else ""
+        module.warn(f"{module.path}{deleted} not found; {HINT}")
+
+    def _mismatch(self, module: Module, elf: ElfInfo) -> str:
+        """Why ``elf`` is provably not the file that was mapped, or ""."""
+        want = module.build_id.lower()
+        if want and elf.build_id and want != elf.build_id:
+            return (
+                f"build-id differs from the dump's (expected {want[:12]}…, found "
+                f"{elf.build_id[:12]}… in {elf.path}); not used"
+            )
+        for m in module.mappings:
+            if elf.segment_for_mapping(m) is None:
+                return (
+                    f"{elf.path} has no executable segment at file offset {m.offset:#x} "
+                    "where the dump mapped code; probably a different build, not used"
+                )
+        return ""
+
+    def _check_age(self, module: Module, elf: ElfInfo) -> None:
+        proven = bool(module.build_id) and module.build_id.lower() == elf.build_id
+        if proven or self.dump_mtime_ns is None:
+            return
+        if elf.mtime_ns > self.dump_mtime_ns:
+            module.warn(
+                f"{elf.path} is newer than the dump and no build-id proves it is the same "
+                "file; names may be wrong (rebuilt since the dump was taken?)"
+            )
+
+
+def _binary_matches(binary: ElfInfo, path: str, build_id: str) -> bool:
+    """A ``--binary`` file stands for a module with its build-id or its base name.
+
+    A base-name match with a different build-id still counts here, so that the user hears
+    about the mismatch instead of "not found".
+    """
+    if build_id and binary.build_id and build_id.lower() == binary.build_id:
+        return True
+    return os.path.basename(binary.path) == os.path.basename(path)
+
+
+def _mtime_ns(path: str) -> int | None:
+    if not path or path == "-":
+        return None
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None

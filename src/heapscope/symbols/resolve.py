@@ -1,0 +1,324 @@
+"""Symbolize a Profile: give every stack address a module, an offset and its frames.
+
+For each distinct address: find the executable mapping that holds it, subtract 1 when it is a
+return address (so it points into the call instruction, not after it), translate it to the
+ELF virtual address of the file found for the mapping, then resolve all addresses of one
+module in one batch: from the cache, else from DWARF (llvm-symbolizer, with inline chains),
+else from the ELF symbol table. A name is only ever given when DWARF or a sized function
+symbol vouches for it; otherwise the report prints ``module+0xoffset``. Addresses in
+anonymous executable memory or outside every mapping are named from a perf map (``[jit]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from bisect import bisect_right
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from heapscope.model import Frame, Location, Mapping, Profile
+from heapscope.symbols.cache import CacheEntry, Chain, SymbolCache
+from heapscope.symbols.debuginfo import DebugFinder
+from heapscope.symbols.demangle import demangle
+from heapscope.symbols.elf import ElfError, ElfInfo
+from heapscope.symbols.llvm import Backend, BackendError, LlvmSymbolizer, RawFrame
+from heapscope.symbols.locate import Locator, Module
+from heapscope.symbols.options import Diagnostic, Progress, Symbolized, SymbolOptions
+from heapscope.symbols.perfmap import PerfMap, find_perf_map
+from heapscope.symbols.symtab import SymbolTable
+
+JIT = "[jit]"
+UNKNOWN = "[unknown]"
+
+
+def symbolize(
+    profile: Profile,
+    options: SymbolOptions,
+    progress: Progress | None = None,
+    *,
+    backend: Backend | None = None,
+) -> Symbolized:
+    """Return ``profile`` with ``locations`` filled for every stack address, plus diagnostics.
+
+    ``backend`` replaces llvm-symbolizer (tests use it to count or fake lookups).
+    """
+    with contextlib.ExitStack() as stack:
+        download_dir = None
+        if options.cache_dir is not None:
+            download_dir = options.cache_dir
+        elif options.debuginfod_urls:
+            # No cache: debuginfod downloads live only as long as this run.
+            download_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="heapscope-"))
+        run = _Run(profile, options, progress, backend or LlvmSymbolizer(), download_dir)
+        return run.run()
+
+
+class _Run:
+    """The state of one symbolize() call."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        options: SymbolOptions,
+        progress: Progress | None,
+        backend: Backend,
+        download_dir: str | None,
+    ) -> None:
+        self.profile = profile
+        self.options = options
+        self.progress = progress
+        self.backend = backend
+        self.cache = SymbolCache(options.cache_dir)
+        self.finder = DebugFinder(options, download_dir)
+        self.diagnostics: list[Diagnostic] = []
+        code = sorted((m for m in profile.mappings if m.executable), key=lambda m: m.start)
+        self.code = code
+        self.code_starts = [m.start for m in code]
+        self.done = 0
+        self.total = 0
+        # Equal raw chains share one tuple of Frames (lines repeat across nearby addresses).
+        self._frames_memo: dict[Chain, tuple[Frame, ...]] = {}
+        self._frame_memo: dict[tuple[RawFrame, bool], Frame] = {}
+
+    def run(self) -> Symbolized:
+        """Symbolize every address of the profile."""
+        callers = self.profile.caller_addresses()
+        modules: dict[str, Module] = {}
+        by_module: dict[str, list[tuple[int, int, Mapping]]] = {}
+        outside: list[tuple[int, int, Mapping | None]] = []
+        for address in sorted(self.profile.addresses()):
+            # Return addresses point after the call; address-1 is inside the call instruction
+            # (and inside the right inline frame and line).
+            lookup = address - 1 if address in callers and address > 0 else address
+            mapping = self._code_mapping(lookup)
+            if mapping is None or mapping.anonymous:
+                outside.append((address, lookup, mapping))
+                continue
+            if mapping.path not in modules:
+                modules[mapping.path] = Module(mapping.path, [])
+                by_module[mapping.path] = []
+            by_module[mapping.path].append((address, lookup, mapping))
+        for mod in modules.values():
+            mod.mappings = sorted(
+                {m for m in self.code if m.path == mod.path}, key=lambda m: m.start
+            )
+            mod.build_id = next((m.build_id for m in mod.mappings if m.build_id), "")
+
+        main = next((m.path for m in self.profile.mappings if not m.anonymous), "")
+        locator = Locator(self.options, list(modules.values()), main, self.profile.source)
+        self.diagnostics.extend(locator.diagnostics)
+        locations: dict[int, Location] = {}
+        self.total = len(modules) + (1 if outside else 0)
+        for path in sorted(modules, key=lambda p: modules[p].mappings[0].start):
+            mod = modules[path]
+            self._report(f"symbolizing {mod.name}")
+            locator.locate(mod)
+            locations.update(self._module_locations(mod, by_module[path]))
+            self.diagnostics.extend(mod.diagnostics)
+            self.done += 1
+        if outside:
+            self._report("naming JIT and unknown code")
+            locations.update(self._outside_locations(outside))
+            self.done += 1
+        self._report("symbolized")
+        result = self.profile.with_(locations=MappingProxyType(locations))
+        return Symbolized(result, tuple(self.diagnostics))
+
+    def _report(self, what: str) -> None:
+        """Tell the progress callback what runs now and how many modules are done."""
+        if self.progress is not None:
+            self.progress(what, self.done, self.total)
+
+    def _code_mapping(self, address: int) -> Mapping | None:
+        i = bisect_right(self.code_starts, address) - 1
+        if i >= 0 and self.code[i].contains(address):
+            return self.code[i]
+        return None
+
+    def _module_locations(
+        self, mod: Module, items: list[tuple[int, int, Mapping]]
+    ) -> dict[int, Location]:
+        out: dict[int, Location] = {}
+        elf = mod.elf
+        name = mod.name
+        vaddr_of: dict[int, int] = {}
+        deltas: dict[int, int | None] = {}  # by mapping start (hashing a Mapping is slower)
+        for address, lookup, mapping in items:
+            vaddr = None
+            if elf is not None:
+                if mapping.start not in deltas:
+                    deltas[mapping.start] = elf.delta(mapping)
+                delta = deltas[mapping.start]
+                vaddr = lookup + delta if delta is not None else elf.to_vaddr(mapping, lookup)
+            if vaddr is None:
+                file_offset = lookup - mapping.start + mapping.offset
+                out[address] = Location(address, mapping, name, file_offset)
+            else:
+                vaddr_of[address] = vaddr
+        if elf is None or not vaddr_of:
+            return out
+        chains = self._resolve(mod, elf, sorted(set(vaddr_of.values())))
+        memo = self._frames_memo
+        for address, _lookup, mapping in items:
+            if address in vaddr_of:
+                vaddr = vaddr_of[address]
+                chain = chains.get(vaddr, ())
+                frames = memo.get(chain)
+                if frames is None:
+                    frames = memo[chain] = self._frames(chain)
+                out[address] = Location(address, mapping, name, vaddr, frames)
+        return out
+
+    def _resolve(self, mod: Module, elf: ElfInfo, vaddrs: list[int]) -> dict[int, Chain]:
+        """Raw frames for each vaddr of one module: cache, else DWARF, else symbol table."""
+        key = self.cache.key(elf)
+        entry = self.cache.load(key)
+        if entry is not None and entry.dwarf and all(v in entry.frames for v in vaddrs):
+            return entry.frames  # warm: no debug-file search, no symtab, no llvm-symbolizer
+        debug = None
+        if not elf.has_debug_info:
+            debug = self.finder.find(elf)
+            for note in self.finder.notes:
+                mod.info(note)
+            self.finder.notes.clear()
+        best = debug or elf
+        dwarf = best.has_debug_info
+        if not dwarf:
+            mod.info("no debug info (names from the symbol table only)")
+        if entry is None or (dwarf and not entry.dwarf):
+            entry = CacheEntry(dwarf)  # a symtab-only entry is stale once DWARF turns up
+        missing = [v for v in vaddrs if v not in entry.frames]
+        if missing:
+            self._report(f"symbolizing {mod.name}: {len(missing)} new addresses")
+            table = _LazySymbols(best, elf, mod)
+            raw: list[list[RawFrame]] = [[] for _ in missing]
+            # Only results as good as the entry claims to be may be cached: never symtab
+            # answers in a DWARF entry (backend failure, or the debug file went away).
+            cacheable = dwarf == entry.dwarf
+            if dwarf:
+                try:
+                    raw = self.backend.lookup(best.path, missing)
+                except BackendError as exc:
+                    mod.warn(f"{exc}; using the symbol table")
+                    cacheable = False
+            for vaddr, chain in zip(missing, raw, strict=True):
+                entry.frames[vaddr] = tuple(_checked(chain, vaddr, table))
+            if cacheable:
+                self.cache.store(key, entry)
+        return entry.frames
+
+    def _frames(self, chain: Sequence[RawFrame]) -> tuple[Frame, ...]:
+        """Model frames from raw ones: demangled names, ``inlined`` on all but the last."""
+        last = len(chain) - 1
+        out = []
+        for i, raw in enumerate(chain):
+            key = (raw, i < last)
+            frame = self._frame_memo.get(key)
+            if frame is None:
+                full, short = demangle(raw.function)
+                frame = Frame(
+                    function=short,
+                    file=raw.file,
+                    line=raw.line,
+                    inlined=i < last,
+                    full_name=full,
+                    system_name=raw.function,
+                )
+                self._frame_memo[key] = frame
+            out.append(frame)
+        return tuple(out)
+
+    def _outside_locations(
+        self, items: list[tuple[int, int, Mapping | None]]
+    ) -> dict[int, Location]:
+        """Locations for addresses in anonymous code or outside every mapping."""
+        source_dir = (
+            os.path.dirname(os.path.abspath(self.profile.source))
+            if (self.profile.source and self.profile.source != "-")
+            else None
+        )
+        dirs = [*self.options.perf_map_dirs, *([source_dir] if source_dir else []), "/tmp"]
+        perf_path = find_perf_map(self.profile.pid, dirs)
+        perf = PerfMap()
+        if perf_path is not None:
+            try:
+                perf = PerfMap.read(perf_path)
+            except OSError as exc:
+                self.diagnostics.append(Diagnostic(JIT, "warning", f"{perf_path}: {exc}"))
+        out: dict[int, Location] = {}
+        unnamed = 0
+        for address, lookup, mapping in items:
+            hit = perf.lookup(lookup)
+            if hit is not None:
+                name, start = hit
+                frame = Frame(name, full_name=name, system_name=name)
+                out[address] = Location(address, mapping, JIT, lookup - start, (frame,))
+            elif mapping is not None and mapping.path.startswith("["):
+                # A kernel-provided region such as [vdso]: name it, offset from its start.
+                out[address] = Location(address, mapping, mapping.name, lookup - mapping.start)
+            else:
+                unnamed += 1
+                out[address] = Location(address, mapping, UNKNOWN, lookup)
+        if unnamed:
+            where = (
+                f"in {perf_path}"
+                if perf_path
+                else (
+                    f"perf-{self.profile.pid}.map not found in {', '.join(dirs)}"
+                    if self.profile.pid is not None
+                    else "no process id to find a perf map"
+                )
+            )
+            self.diagnostics.append(
+                Diagnostic(
+                    UNKNOWN,
+                    "info",
+                    f"{unnamed} address{'es' if unnamed != 1 else ''} in anonymous memory or "
+                    f"outside every mapping {'are' if unnamed != 1 else 'is'} not named ({where})",
+                )
+            )
+        return out
+
+
+class _LazySymbols:
+    """The symbol table, read on first use (a fully DWARF-resolved module never needs it)."""
+
+    def __init__(self, best: ElfInfo, binary: ElfInfo, mod: Module) -> None:
+        self._best = best
+        self._binary = binary
+        self._mod = mod
+        self._table: SymbolTable | None = None
+
+    def get(self) -> SymbolTable:
+        """The function symbols of the debug file if it has a .symtab, else of the binary."""
+        if self._table is None:
+            path = self._best.path if self._best.has_symtab else self._binary.path
+            try:
+                self._table = SymbolTable.read(path)
+            except ElfError as exc:
+                self._mod.warn(f"cannot read symbols: {exc}")
+                self._table = SymbolTable([])
+        return self._table
+
+
+def _checked(chain: list[RawFrame], vaddr: int, table: _LazySymbols) -> list[RawFrame]:
+    """The frames to keep for one address.
+
+    DWARF chains with line information are trusted as they are. A bare name (symbol-table
+    answer from the backend, or no DWARF at all) is kept only when a sized function symbol of
+    that name contains the address; if not, whichever sized symbol contains it, else nothing.
+    """
+    if any(f.file for f in chain):
+        if not chain[-1].function:
+            name = table.get().lookup(vaddr)
+            if name:
+                chain = [*chain[:-1], RawFrame(name, chain[-1].file, chain[-1].line)]
+        return chain
+    symbols = table.get()
+    name = chain[-1].function if chain else ""
+    if name and symbols.covers(vaddr, name):
+        return [RawFrame(name)]
+    found = symbols.lookup(vaddr)
+    return [RawFrame(found)] if found else []
