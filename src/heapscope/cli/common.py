@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heapscope.model import ALLOC_OBJECTS, ALLOC_SPACE, INUSE_OBJECTS, INUSE_SPACE
+from heapscope.analysis.top import SAMPLE_INDEX
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.options import default_cache_dir
-
-SAMPLE_INDEX = {
-    "inuse_space": INUSE_SPACE,
-    "inuse_objects": INUSE_OBJECTS,
-    "alloc_space": ALLOC_SPACE,
-    "alloc_objects": ALLOC_OBJECTS,
-}
 
 
 def add_symbol_options(p: argparse.ArgumentParser) -> None:

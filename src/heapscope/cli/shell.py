@@ -16,7 +16,9 @@ from dataclasses import replace
 from typing import TextIO
 
 from heapscope.analysis.aggregate import GRANULARITIES
-from heapscope.cli.common import SAMPLE_INDEX
+from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
+from heapscope.cli import top
+from heapscope.cli.common import add_symbol_options
 from heapscope.errors import HeapscopeError
 from heapscope.model import Profile
 from heapscope.render.text import render_table
@@ -39,35 +41,22 @@ _TOP = re.compile(r"^(?:top|text)(\d*)$")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``shell`` subcommand (same options as ``top``, always interactive)."""
-    from heapscope.cli import top
-
     p = sub.add_parser("shell", help="interactive shell on a heap dump (like jeprof's prompt)")
     p.add_argument("dumps", nargs="+", metavar="DUMP")
     top.add_view_options(p)
     p.add_argument("--thread", metavar="ID|NAME")
     p.add_argument("--base", metavar="DUMP")
     p.add_argument("--merge", action="store_true")
-    from heapscope.cli.common import add_symbol_options
-
     add_symbol_options(p)
-    p.set_defaults(func=_run, format="text", interactive=True)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from heapscope.cli import top
-
-    return top.run(args)
+    p.set_defaults(func=top.run, format="text", interactive=True)
 
 
 class Shell:
     """A read-eval-print loop over already prepared profiles."""
 
-    def __init__(self, profiles: list[Profile], view: object,
+    def __init__(self, profiles: list[Profile], view: View,
                  base: list[Profile] | None = None,
                  stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
-        from heapscope.cli.top import View
-
-        assert isinstance(view, View)
         self.profiles = profiles
         self.base = base
         self.view = replace(view, nodecount=10)
@@ -112,7 +101,10 @@ class Shell:
             return True
         if cmd in ("focus", "ignore"):
             pattern = " ".join(rest) or None
-            self.view = replace(self.view, **{cmd: pattern})
+            if cmd == "focus":
+                self.view = replace(self.view, focus=pattern)
+            else:
+                self.view = replace(self.view, ignore=pattern)
             self.stdout.write(f"{cmd}: {pattern or '(none)'}\n")
             return True
         m = _TOP.match(cmd)
@@ -126,8 +118,6 @@ class Shell:
         return True
 
     def _top(self, n: int | None, words: list[str]) -> None:
-        from heapscope.cli.top import build_table
-
         view = self.view
         if n is not None:
             view = replace(view, nodecount=n)

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from typing import Any
 
-from heapscope.analysis.aggregate import GRANULARITIES, Row, Table, aggregate, sort_rows, subtract
-from heapscope.analysis.filter import compile_re, focus, ignore, select_threads
+from heapscope.analysis.aggregate import GRANULARITIES, Table
+from heapscope.analysis.filter import select_threads
+from heapscope.analysis.top import View, build_table
 from heapscope.cli.common import (
-    SAMPLE_INDEX,
     add_sample_options,
     add_symbol_options,
     print_diagnostics,
     symbol_options,
 )
 from heapscope.errors import UsageError
-from heapscope.model import Profile
 from heapscope.prepare import Prepared, expand_inputs, prepare
 from heapscope.progress import DelayedProgress
 from heapscope.render.json import render_json, table_dict
@@ -56,46 +54,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-@dataclass(frozen=True)
-class View:
-    """Everything that shapes one table."""
-
-    sample: str = "inuse_space"
-    granularity: str = "functions"
-    cum: bool = False
-    nodecount: int = 20
-    focus: str | None = None
-    ignore: str | None = None
-    show_bytes: bool = False
-
-
 def view_from_args(args: argparse.Namespace) -> View:
     """The View described by parsed arguments."""
     return View(args.sample, args.granularity, args.cum, args.nodecount, args.focus,
                 args.ignore, args.show_bytes)
-
-
-def filtered(profile: Profile, view: View) -> Profile:
-    """Apply the view's focus and ignore patterns to a profile."""
-    if view.focus:
-        profile = focus(profile, compile_re(view.focus, "--focus"))
-    if view.ignore:
-        profile = ignore(profile, compile_re(view.ignore, "--ignore"))
-    return profile
-
-
-def build_table(profiles: list[Profile], view: View,
-                base: list[Profile] | None = None) -> tuple[Table, tuple[Row, ...]]:
-    """Aggregate profiles (minus base ones) and return the table and its displayed rows."""
-    index = SAMPLE_INDEX[view.sample]
-    table = aggregate([filtered(p, view) for p in profiles], index, view.granularity)
-    if base:
-        table = subtract(table, aggregate([filtered(p, view) for p in base], index,
-                                          view.granularity))
-    rows = sort_rows(table, view.cum)
-    if view.nodecount > 0:
-        rows = rows[: view.nodecount]
-    return table, rows
 
 
 def _load(paths: list[str], args: argparse.Namespace, bar: DelayedProgress) -> list[Prepared]:

@@ -1,0 +1,52 @@
+"""The top view as a library function: what the ``top`` command and the shell both print."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heapscope.analysis.aggregate import Row, Table, aggregate, sort_rows, subtract
+from heapscope.analysis.filter import compile_re, focus, ignore
+from heapscope.model import ALLOC_OBJECTS, ALLOC_SPACE, INUSE_OBJECTS, INUSE_SPACE, Profile
+
+SAMPLE_INDEX = {
+    "inuse_space": INUSE_SPACE,
+    "inuse_objects": INUSE_OBJECTS,
+    "alloc_space": ALLOC_SPACE,
+    "alloc_objects": ALLOC_OBJECTS,
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything that shapes one table: sample type, granularity, order, size, filters."""
+
+    sample: str = "inuse_space"
+    granularity: str = "functions"
+    cum: bool = False
+    nodecount: int = 20
+    focus: str | None = None
+    ignore: str | None = None
+    show_bytes: bool = False
+
+
+def filtered(profile: Profile, view: View) -> Profile:
+    """Apply the view's focus and ignore patterns to a profile."""
+    if view.focus:
+        profile = focus(profile, compile_re(view.focus, "--focus"))
+    if view.ignore:
+        profile = ignore(profile, compile_re(view.ignore, "--ignore"))
+    return profile
+
+
+def build_table(profiles: list[Profile], view: View,
+                base: list[Profile] | None = None) -> tuple[Table, tuple[Row, ...]]:
+    """Aggregate profiles (minus base ones) and return the table and its displayed rows."""
+    index = SAMPLE_INDEX[view.sample]
+    table = aggregate([filtered(p, view) for p in profiles], index, view.granularity)
+    if base:
+        table = subtract(table, aggregate([filtered(p, view) for p in base], index,
+                                          view.granularity))
+    rows = sort_rows(table, view.cum)
+    if view.nodecount > 0:
+        rows = rows[: view.nodecount]
+    return table, rows
