@@ -87,27 +87,23 @@ def _trim_frames(loc: Location) -> Location:
 
 def prune(profile: Profile) -> Profile:
     """Return a profile whose stacks start at the first non-allocator frame."""
-    verdict: dict[int, bool] = {}
+    verdict = {a: is_allocator_location(profile.location(a)) for a in profile.addresses()}
     locations = dict(profile.locations)
     leaves: set[int] = set()
     samples: list[Sample] = []
+    append = samples.append
     for s in profile.samples:
         stack = s.stack
+        last = len(stack) - 1
         k = 0
-        while k < len(stack) - 1:
-            a = stack[k]
-            v = verdict.get(a)
-            if v is None:
-                v = is_allocator_location(profile.location(a))
-                verdict[a] = v
-            if not v:
-                break
+        while k < last and verdict[stack[k]]:
             k += 1
         if k:
             s = Sample(stack[k:], s.values, s.threads)
-        if s.stack:
             leaves.add(s.stack[0])
-        samples.append(s)
+        elif stack:
+            leaves.add(stack[0])
+        append(s)
     for a in leaves:
         loc = locations.get(a)
         if loc is not None and len(loc.frames) > 1:

@@ -55,11 +55,22 @@ def unsample(profile: Profile) -> Profile:
     mode, period = profile.sampling, profile.period
     if mode not in ("v1", "v2"):
         return profile.with_(unsampled=True)
+    memo: dict[tuple[float, ...], tuple[float, ...]] = {}
+
+    def scaled(values: tuple[float, ...]) -> tuple[float, ...]:
+        # Many stacks share the same counts; the formula is pure, so compute each pair once.
+        out = memo.get(values)
+        if out is None:
+            out = memo[values] = scale_values(values, mode, period)
+        return out
+
     samples = tuple(
         Sample(
             s.stack,
-            scale_values(s.values, mode, period),
-            tuple(ThreadValues(t.thread, scale_values(t.values, mode, period)) for t in s.threads),
+            scaled(s.values),
+            tuple(ThreadValues(t.thread, scaled(t.values)) for t in s.threads)
+            if s.threads
+            else (),
         )
         for s in profile.samples
     )
