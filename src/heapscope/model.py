@@ -167,9 +167,16 @@ class Profile:
     time: float | None = None
     format: str = "heap_v2"
 
-    def with_(self, **changes: object) -> Profile:
-        """Return a copy with some fields replaced (the model is never mutated)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, *, same_stacks: bool = False, **changes: object) -> Profile:
+        """Return a copy with some fields replaced (the model is never mutated).
+
+        ``same_stacks`` says the new samples have the very same stacks (only values
+        changed), so derived address sets carry over instead of being recomputed.
+        """
+        new = replace(self, **changes)  # type: ignore[arg-type]
+        if (same_stacks or "samples" not in changes) and "_address_sets" in self.__dict__:
+            new.__dict__["_address_sets"] = self.__dict__["_address_sets"]
+        return new
 
     def addresses(self) -> frozenset[int]:
         """Every distinct address that appears in any stack."""

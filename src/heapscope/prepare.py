@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from heapscope.analysis.prune import prune
 from heapscope.analysis.unsample import unsample
 from heapscope.errors import InputError
-from heapscope.formats.load import load, parse_dump_name
+from heapscope.formats.cache import load_cached
+from heapscope.formats.load import parse_dump_name
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -65,7 +66,7 @@ def prepare(
     progress: ProgressFn | None = None,
 ) -> Prepared:
     """Load one dump and return it unsampled, symbolized and with allocator frames pruned."""
-    raw = load(path, threads=threads)
+    raw = load_cached(path, threads=threads, cache_dir=options.cache_dir)
     estimated = unsample(raw)
     result = symbolize(estimated, options, progress)
     return Prepared(prune(result.profile), result.diagnostics)

@@ -82,4 +82,4 @@ def select_threads(profile: Profile, selector: str) -> Profile:
                     vals[k] += tv.values[k]
         if found:
             out.append(Sample(s.stack, tuple(vals), ()))
-    return profile.with_(samples=tuple(out))
+    return profile.with_(samples=tuple(out))  # fewer stacks: address sets recomputed

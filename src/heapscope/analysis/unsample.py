@@ -78,4 +78,4 @@ def unsample(profile: Profile) -> Profile:
         Thread(t.id, t.name, scale_values(t.values, mode, period) if t.values else ())
         for t in profile.threads
     )
-    return profile.with_(samples=samples, threads=threads, unsampled=True)
+    return profile.with_(samples=samples, threads=threads, unsampled=True, same_stacks=True)

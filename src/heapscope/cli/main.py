@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -48,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point."""
+    # A profile is hundreds of thousands of small tuples and no reference cycles; the cyclic
+    # collector would rescan them again and again while they are built. The command is
+    # short-lived, so switching it off costs nothing and saves up to a third of the run.
+    gc.disable()
     sys.exit(main())
 
 

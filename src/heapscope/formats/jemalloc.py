@@ -84,6 +84,7 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Prof
     thread_list: list[Thread] = []
     samples: list[Sample] = []
     cache = _HexCache()
+    counts_memo: dict[str, tuple[str, tuple[float, ...], str]] = {}
     stack: tuple[int, ...] | None = None
     values: tuple[float, ...] | None = None
     per_thread: list[ThreadValues] = []
@@ -111,7 +112,12 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Prof
         elif c == " " or c == "\t" or c == "t":
             if stack is not None and not threads and not line.lstrip().startswith("t*"):
                 continue  # per-thread line of a stack, not wanted: skip the parse cost
-            tid, vals, name = _counts(path, i, line)
+            got = counts_memo.get(line)
+            if got is None:
+                got = _counts(path, i, line)
+                if stack is not None:
+                    counts_memo[line] = got  # count lines repeat a lot: parse each text once
+            tid, vals, name = got
             if stack is None:
                 if tid == "*":
                     header = vals
