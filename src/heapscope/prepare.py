@@ -66,7 +66,12 @@ def prepare(
     progress: ProgressFn | None = None,
 ) -> Prepared:
     """Load one dump and return it unsampled, symbolized and with allocator frames pruned."""
+    name = os.path.basename(path)
+    if progress is not None:
+        progress(f"reading {name}", 0, 0)
     raw = load_cached(path, threads=threads, cache_dir=options.cache_dir)
     estimated = unsample(raw)
     result = symbolize(estimated, options, progress)
+    if progress is not None:
+        progress(f"removing allocator frames from {name}", 0, 0)
     return Prepared(prune(result.profile), result.diagnostics)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-import time
+import threading
 from types import TracebackType
 
 from rich.console import Console
@@ -11,21 +11,29 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 
 class DelayedProgress:
-    """A progress bar that appears only when a task runs for more than ``delay`` seconds.
+    """A progress display that appears only when work runs for more than ``delay`` seconds.
 
     Used as a context manager; ``update(description, done, total)`` matches the
-    ``symbols.options.Progress`` callback. Nothing is drawn when stderr is not a terminal.
+    ``symbols.options.Progress`` callback. A timer starts the display, so it also appears
+    during one long step (such as parsing a 90 MB dump) that sends no updates; rich then
+    refreshes it from its own thread. Nothing is drawn when stderr is not a terminal.
     """
 
     def __init__(self, delay: float = 1.0, enabled: bool | None = None) -> None:
         self.delay = delay
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._state = ("working", 0, 0)
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._timer: threading.Timer | None = None
+        self._closed = False
 
     def __enter__(self) -> DelayedProgress:
-        self.started = time.monotonic()
+        if self.enabled:
+            self._timer = threading.Timer(self.delay, self._show)
+            self._timer.daemon = True
+            self._timer.start()
         return self
 
     def __exit__(
@@ -34,26 +42,41 @@ class DelayedProgress:
         ev: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._bar is not None:
+                self._bar.stop()
+                self._bar = None
+
+    def _show(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[count]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            what, done, total = self._state
+            self._task = self._bar.add_task(what, total=total or None, completed=done,
+                                            count=_count(done, total))
+            self._bar.start()
 
     def update(self, description: str, done: int, total: int) -> None:
         """Report that ``done`` of ``total`` units of ``description`` are finished."""
         if not self.enabled:
             return
-        if self._bar is None:
-            if time.monotonic() - self.started < self.delay:
-                return
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(description, total=total)
-        assert self._task is not None
-        self._bar.update(self._task, description=description, completed=done, total=total)
+        with self._lock:
+            self._state = (description, done, total)
+            if self._bar is not None and self._task is not None:
+                self._bar.update(self._task, description=description, completed=done,
+                                 total=total or None, count=_count(done, total))
+
+
+def _count(done: int, total: int) -> str:
+    return f"{done}/{total}" if total else ""

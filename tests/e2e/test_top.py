@@ -252,3 +252,39 @@ def test_interactive_shell(leaky_c: Any, cache_dir: Path) -> None:
     assert "leak_big" in blocks[2] and "copy_names" not in blocks[2]
     assert "objects" in blocks[3]
     assert "Commands:" in out
+
+
+def test_addresses_and_files_granularity(leaky_c: Any, cache_dir: Path) -> None:
+    rows = top_json(leaky_c.dump, "--addresses", cache=cache_dir)["rows"]
+    small = [r for r in rows if r["flat"] > 0 and r["name"].endswith(" leak_small")]
+    assert len(small) == 1 and re.match(r"^leaky\+0x[0-9a-f]+ leak_small$", small[0]["name"])
+    files = rows_by_name(top_json(leaky_c.dump, "--files", cache=cache_dir))
+    leaky = next(r for n, r in files.items() if n.endswith("leaky.c"))
+    helper = next(r for n, r in files.items() if n == "libhelper.so")
+    assert helper["flat"] == pytest.approx(3_072_000, rel=1e-6)
+    assert leaky["flat"] + helper["flat"] >= je.LEAKY_C_INUSE_BYTES
+
+
+def test_several_dumps_reported_apart_unless_merged(leaky_c: Any, leaky_cpp: Any,
+                                                     cache_dir: Path) -> None:
+    apart = heapscope("top", "-n", "3", str(leaky_c.dump), str(leaky_cpp.dump),
+                      cache=cache_dir).stdout
+    assert apart.count("==> ") == 2 and apart.count("Total:") == 2
+    data = json.loads(heapscope("top", "--format", "json", str(leaky_c.dump),
+                                str(leaky_cpp.dump), cache=cache_dir).stdout)
+    assert len(data["reports"]) == 2
+    one = top_json(leaky_c.dump, cache=cache_dir)["total"]
+    two = top_json(leaky_cpp.dump, cache=cache_dir)["total"]
+    merged = top_json(leaky_c.dump, "--merge", str(leaky_cpp.dump), cache=cache_dir)
+    assert merged["total"] == pytest.approx(one + two)
+    names = {r["name"] for r in merged["rows"]}
+    assert {"leak_small", "app::Widget<int>::grow"} <= names
+
+
+def test_cum_order_and_row_limit(leaky_c: Any, cache_dir: Path) -> None:
+    rows = heapscope("top", "--cum", "-n", "5", str(leaky_c.dump), cache=cache_dir).stdout
+    lines = rows.splitlines()
+    assert len(lines) == 6
+    cums = [float(x.split()[3]) for x in lines[1:]]
+    assert cums == sorted(cums, reverse=True)
+    assert any(x.endswith(" main") for x in lines[1:])
