@@ -9,6 +9,7 @@ packages=(python3 python3-venv python3-pip gcc g++ libc6-dev libjemalloc2 libjem
 if [[ "${1:-}" == "--dev" ]]; then
     packages+=(libc6-dbg)
     command -v rustc >/dev/null 2>&1 || packages+=(rustc)
+    command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
 fi
 
 missing=()

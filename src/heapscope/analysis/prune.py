@@ -47,6 +47,15 @@ _PATTERNS = re.compile(
     re.VERBOSE,
 )
 
+# Thin malloc wrappers inside particular runtimes, pruned only in that module: HotSpot's
+# NMT entry points would otherwise be the leaf of every JVM-native stack.
+_MODULE_WRAPPERS: dict[str, frozenset[str]] = {
+    "libjvm.so": frozenset(
+        "os::malloc os::realloc os::strdup os::strdup_check_oom AllocateHeap ReallocateHeap"
+        " AllocateHeap_or_null".split()
+    ),
+}
+
 _JEMALLOC_MODULE = re.compile(r"^lib(?:jemalloc|tcmalloc)[\w.-]*\.so(?:\.\d+)*$")
 
 
@@ -66,7 +75,11 @@ def is_allocator_location(loc: Location) -> bool:
         return True
     if not loc.frames:
         return False
-    return is_allocator_name(loc.frames[-1].function)
+    name = loc.frames[-1].function
+    wrappers = _MODULE_WRAPPERS.get(loc.module)
+    if wrappers is not None and name in wrappers:
+        return True
+    return is_allocator_name(name)
 
 
 def _trim_frames(loc: Location) -> Location:
