@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 import threading
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class DelayedProgress:
@@ -51,6 +52,10 @@ class DelayedProgress:
                 self._bar = None
 
     def _show(self) -> None:
+        # rich is imported only when a display is really needed: it costs start-up time.
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
         with self._lock:
             if self._closed:
                 return

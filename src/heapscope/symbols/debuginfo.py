@@ -13,8 +13,6 @@ import contextlib
 import os
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 
 from heapscope.symbols.elf import ElfError, ElfInfo, file_crc32
@@ -113,6 +111,11 @@ def fetch_debuginfo(
     with contextlib.suppress(OSError):
         if time.time() - os.stat(miss).st_mtime < NEGATIVE_TTL:
             return None
+    # Imported here: http.client is a noticeable share of start-up, and most runs never
+    # talk to a debuginfod server.
+    import urllib.error
+    import urllib.request
+
     timeout = _timeout()
     all_missing = True
     for url in urls:
