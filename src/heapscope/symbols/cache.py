@@ -65,7 +65,7 @@ class SymbolCache:
             return None
         try:
             with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+                data = json.loads(fh.read())
             return _decode(data)
         except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
             return None
@@ -81,7 +81,7 @@ class SymbolCache:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, separators=(",", ":"))
+                fh.write(json.dumps(data, separators=(",", ":")))  # C encoder; dump() is not
             os.replace(tmp, path)
             tmp = None
         except OSError:
