@@ -15,6 +15,7 @@ from heapscope.analysis.unsample import unsample
 from heapscope.errors import InputError
 from heapscope.formats.cache import load_cached
 from heapscope.formats.load import parse_dump_name
+from heapscope.formats.symbolized import SUFFIX
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -36,20 +37,43 @@ def _dump_order(path: str) -> tuple[int, int, int, str]:
     return (name.pid, name.seq, name.index, path)
 
 
-def expand_inputs(paths: Iterable[str]) -> list[str]:
-    """Turn the user's arguments into dump files; a folder means the dumps inside it.
+def _dumps_in(folder: str) -> list[str]:
+    found = []
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            if f.endswith((".heap", ".heap.gz", ".heap" + SUFFIX)):
+                found.append(os.path.join(root, f))
+    return found
 
-    Dumps in a folder are ordered by pid, then jemalloc's sequence numbers (numerically, so
-    ``m10`` follows ``m9``).
+
+def session_dumps(folder: str) -> list[str]:
+    """The dumps of a ``heapscope run`` session: the self-contained symbolized copy of each
+    dump when there is one (no binaries needed), else the raw dump."""
+    raw = _dumps_in(os.path.join(folder, "dumps"))
+    copies = {os.path.basename(p): p for p in _dumps_in(os.path.join(folder, "symbolized"))}
+    out = []
+    for path in raw:
+        name = os.path.basename(path)
+        out.append(copies.pop(name + SUFFIX, path))
+    out.extend(copies.values())
+    return out
+
+
+def is_session(folder: str) -> bool:
+    """True when ``folder`` is a session written by ``heapscope run``."""
+    return os.path.isfile(os.path.join(folder, "manifest.json"))
+
+
+def expand_inputs(paths: Iterable[str]) -> list[str]:
+    """Turn the user's arguments into dump files: a session or a folder means its dumps.
+
+    Dumps are ordered by pid, then jemalloc's sequence numbers (numerically, so ``m10``
+    follows ``m9``).
     """
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            found = []
-            for root, _dirs, files in os.walk(p):
-                for f in files:
-                    if f.endswith((".heap", ".heap.gz")):
-                        found.append(os.path.join(root, f))
+            found = session_dumps(p) if is_session(p) else _dumps_in(p)
             if not found:
                 raise InputError(p, "folder holds no .heap dumps")
             out.extend(sorted(found, key=_dump_order))
@@ -71,6 +95,9 @@ def prepare(
         progress(f"reading {name}", 0, 0)
     raw = load_cached(path, threads=threads, cache_dir=options.cache_dir)
     estimated = unsample(raw)
+    if raw.locations:
+        # A heapscope profile carries its own symbols: no binaries needed, none consulted.
+        return Prepared(prune(estimated))
     result = symbolize(estimated, options, progress)
     if progress is not None:
         progress(f"removing allocator frames from {name}", 0, 0)

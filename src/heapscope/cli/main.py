@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import shell, top
+from heapscope.cli import env, run, shell, top
 from heapscope.errors import HeapscopeError
 
 
@@ -22,8 +22,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"heapscope {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    run.register(sub)
     top.register(sub)
     shell.register(sub)
+    env.register(sub)
     return p
 
 

@@ -73,7 +73,8 @@ def load_cached(path: str, *, threads: bool = False, cache_dir: str | None = Non
     except (OSError, EOFError, ValueError, TypeError):
         pass
     profile = load(path, threads=threads)
-    _store(folder, entry, profile)
+    if not profile.locations:  # heapscope profiles carry symbols; only raw dumps are cached
+        _store(folder, entry, profile)
     return profile
 
 

@@ -17,7 +17,7 @@ from heapscope.formats.gperftools import parse_legacy
 from heapscope.formats.jemalloc import parse_heap_v2
 from heapscope.model import Profile
 
-_NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.gz)?$")
+_NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.json)?(?:\.gz)?$")
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -91,6 +91,10 @@ def load(path: str, *, threads: bool = False) -> Profile:
         profile = parse_heap_v2(path, lines, threads=threads)
     elif first.startswith("heap profile:"):
         profile = parse_legacy(path, lines)
+    elif first.startswith("{"):
+        from heapscope.formats import symbolized
+
+        profile = symbolized.parse("\n".join(lines), path)
     elif first.startswith("--- symbol") or first.startswith("%"):
         raise InputError(path, "symbolized/remote pprof text profiles are not supported yet")
     else:

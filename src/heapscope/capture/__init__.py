@@ -1,0 +1,1 @@
+"""Capture: find a profiling jemalloc, configure it, launch programs, keep sessions."""

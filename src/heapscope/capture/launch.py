@@ -1,0 +1,150 @@
+"""Run a program as if heapscope were not there, while recording what profiling needs.
+
+stdin and stdout are the program's own; its stderr is copied to ours and to a log (jemalloc's
+leak summaries are printed there). Termination signals sent to heapscope are passed on so the
+program exits cleanly and still writes its final dump; Ctrl-C from a terminal already reaches
+the program (same process group), so it is not sent twice. When the program ends, processes it
+left behind get a short grace period to exit and write their own dumps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from heapscope.capture.procs import TreeWatcher
+from heapscope.errors import HeapscopeError
+
+_FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_TTY_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+class CommandNotFound(HeapscopeError):
+    """The program to launch does not exist or cannot be executed (exit 127 like a shell)."""
+
+    exit_code = 127
+
+
+@dataclass
+class RunResult:
+    """How the launched program ended."""
+
+    pid: int
+    returncode: int  # as subprocess reports it: negative for a signal
+    start: float
+    end: float
+    watcher: TreeWatcher
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed the program, if any."""
+        return -self.returncode if self.returncode < 0 else None
+
+    @property
+    def exit_status(self) -> int:
+        """The status a shell would report: the code, or 128 + signal."""
+        return 128 - self.returncode if self.returncode < 0 else self.returncode
+
+
+def _tee(src: int, log_path: str, on_line: Callable[[bytes], None]) -> None:
+    with open(log_path, "ab") as log:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(src, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            try:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+            except (OSError, ValueError):
+                pass  # our stderr is gone; keep the log complete anyway
+            log.write(chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                on_line(line)
+        if pending:
+            on_line(pending)
+    os.close(src)
+
+
+def run(
+    cmd: list[str],
+    env: dict[str, str],
+    *,
+    stderr_log: str,
+    on_stderr_line: Callable[[bytes], None] = lambda _line: None,
+    watch_interval: float = 0.25,
+    grace: float = 3.0,
+) -> RunResult:
+    """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited."""
+    read_end, write_end = os.pipe()
+    start = time.time()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stderr=write_end, close_fds=True)
+    except FileNotFoundError:
+        os.close(read_end)
+        os.close(write_end)
+        raise CommandNotFound(f"{cmd[0]}: command not found") from None
+    except PermissionError:
+        os.close(read_end)
+        os.close(write_end)
+        raise CommandNotFound(f"{cmd[0]}: permission denied (not executable)") from None
+    except OSError as e:
+        os.close(read_end)
+        os.close(write_end)
+        raise CommandNotFound(f"{cmd[0]}: cannot execute: {e.strerror or e}") from None
+    os.close(write_end)
+    tee = threading.Thread(target=_tee, args=(read_end, stderr_log, on_stderr_line),
+                           name="heapscope-stderr", daemon=True)
+    tee.start()
+    watcher = TreeWatcher(proc.pid, watch_interval, start)
+    watcher.begin()
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    previous: dict[int, object] = {}
+    sig: int
+    for sig in _FORWARD:
+        previous[sig] = signal.signal(sig, forward)
+    for sig in _TTY_SIGNALS:
+        # From a terminal the program gets these itself; otherwise they came from kill(1).
+        previous[sig] = signal.signal(sig, signal.SIG_IGN if interactive else forward)
+    try:
+        while True:
+            try:
+                returncode = proc.wait()
+                break
+            except InterruptedError:
+                continue
+        _wait_for_leftovers(watcher, grace)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        watcher.end()
+    tee.join(timeout=5)
+    return RunResult(proc.pid, returncode, start, time.time(), watcher)
+
+
+def _wait_for_leftovers(watcher: TreeWatcher, grace: float) -> None:
+    """Give processes the program left running a moment to exit and write their dumps."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        watcher.sample()
+        if not watcher.alive():
+            return
+        time.sleep(0.05)

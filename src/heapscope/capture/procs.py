@@ -1,0 +1,135 @@
+"""Watch a process tree through /proc: who is in it, what each runs, and its RSS over time."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ProcInfo:
+    """What was seen of one process of the tree."""
+
+    pid: int
+    ppid: int
+    exe: str = ""
+    cmdline: list[str] = field(default_factory=list)
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+    max_rss: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form for the session manifest."""
+        return {"pid": self.pid, "ppid": self.ppid, "exe": self.exe, "cmdline": self.cmdline,
+                "first_seen": self.first_seen, "last_seen": self.last_seen,
+                "max_rss": self.max_rss}
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, rss bytes) of a live process, from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or parentheses itself.
+    rest = data[data.rfind(b")") + 2:].split()
+    try:
+        return int(rest[1]), int(rest[21]) * _PAGE
+    except (IndexError, ValueError):
+        return None
+
+
+def _details(pid: int) -> tuple[str, list[str]]:
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        cmd = []
+    return exe, cmd
+
+
+class TreeWatcher:
+    """Samples the process tree under one root pid every ``interval`` seconds.
+
+    Records each process once (exe, command line, parent) and appends ``(t, pid, rss)`` to
+    ``timeline``. Children that live shorter than one interval may be missed; their dumps still
+    name them.
+    """
+
+    def __init__(self, root: int, interval: float = 0.25, start: float | None = None) -> None:
+        self.root = root
+        self.interval = interval
+        self.start = time.time() if start is None else start
+        self.procs: dict[int, ProcInfo] = {}
+        self.timeline: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heapscope-watch", daemon=True)
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """Start sampling in a background thread."""
+        self.sample()
+        self._thread.start()
+
+    def end(self) -> None:
+        """Stop sampling (one last sample first)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def alive(self) -> list[int]:
+        """Pids of the tree seen alive at the last sample, the root excepted."""
+        with self._lock:
+            now = self._last
+            return [p.pid for p in self.procs.values()
+                    if p.pid != self.root and p.last_seen == now]
+
+    _last = 0.0
+
+    def sample(self) -> None:
+        """Take one sample of the whole tree."""
+        t = round(time.time() - self.start, 3)
+        stats: dict[int, tuple[int, int]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = _stat(int(name))
+                if st is not None:
+                    stats[int(name)] = st
+        # Known processes stay members even when re-parented (daemons, orphans).
+        members = {pid for pid in (self.root, *self.procs) if pid in stats}
+        # Descendants: repeat until closed, since children may be listed before parents.
+        changed = True
+        while changed:
+            changed = False
+            for pid, (ppid, _rss) in stats.items():
+                if pid not in members and ppid in members:
+                    members.add(pid)
+                    changed = True
+        with self._lock:
+            for pid in members:
+                ppid, rss = stats[pid]
+                info = self.procs.get(pid)
+                if info is None:
+                    exe, cmd = _details(pid)
+                    info = self.procs[pid] = ProcInfo(pid, ppid, exe, cmd, t)
+                elif not info.cmdline or info.exe != _details(pid)[0]:
+                    # exec() replaced the image (a wrapper or shell exec'ing the program).
+                    info.exe, info.cmdline = _details(pid)
+                info.last_seen = t
+                info.max_rss = max(info.max_rss, rss)
+                self.timeline.append((t, pid, rss))
+            self._last = t
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()

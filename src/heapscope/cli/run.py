@@ -1,0 +1,78 @@
+"""``heapscope run -- CMD …``: launch a program under heap profiling and report its leaks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heapscope.capture.conf import parse_size
+from heapscope.capture.runner import RunOptions, run_session
+from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.errors import UsageError
+from heapscope.progress import DelayedProgress
+from heapscope.render.report import render_report
+
+#: Exit status of ``--fail-on-leak`` when the program itself succeeded but leaked.
+LEAK_EXIT = 10
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``run`` subcommand."""
+    p = sub.add_parser(
+        "run", help="run a program under jemalloc heap profiling and report its leaks",
+        description="Run CMD with a profiling jemalloc, follow its child processes, and "
+                    "report what was still allocated at exit. Everything lands in a session "
+                    "folder that every other command can open.",
+        usage="heapscope run [options] -- CMD [ARGS...]")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="session folder (default: a new heapscope-<prog>-<time> here)")
+    p.add_argument("--sample", metavar="BYTES", help="mean bytes between samples "
+                   "(default 512k; smaller is more precise and slower)")
+    p.add_argument("--interval", metavar="BYTES",
+                   help="also dump every BYTES allocated (a series to see growth)")
+    p.add_argument("--gdump", action="store_true", help="also dump at each new memory high")
+    p.add_argument("--accum", action="store_true",
+                   help="also record allocation totals (for --alloc-space/--alloc-objects)")
+    p.add_argument("--conf", default="", metavar="RAW",
+                   help="extra MALLOC_CONF options, passed through as they are")
+    p.add_argument("--jemalloc", metavar="PATH", help="the libjemalloc.so to preload")
+    p.add_argument("--fail-on-leak", nargs="?", const="0", default=None, metavar="BYTES",
+                   help=f"exit {LEAK_EXIT} when leak suspects hold more than BYTES (default 0)")
+    p.add_argument("--no-symbolize", action="store_true",
+                   help="do not symbolize now (the session then needs the binaries later)")
+    p.add_argument("--top", type=int, default=5, metavar="N", help="suspects to print")
+    add_symbol_options(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope run``."""
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command given: heapscope run [options] -- CMD [ARGS...]")
+    opts = RunOptions(
+        output=args.output,
+        sample=parse_size(args.sample, "--sample") if args.sample else None,
+        interval=parse_size(args.interval, "--interval") if args.interval else None,
+        gdump=args.gdump,
+        accum=args.accum,
+        extra_conf=args.conf,
+        jemalloc=args.jemalloc,
+        symbolize=not args.no_symbolize,
+        symbol_options=symbol_options(args),
+    )
+    threshold = parse_size(args.fail_on_leak, "--fail-on-leak") \
+        if args.fail_on_leak not in (None, "0") else 0
+    with DelayedProgress() as bar:
+        res = run_session(cmd, opts, bar.update)
+    print_diagnostics(tuple(res.diagnostics), args.verbose)
+    render_report(sys.stderr, res, top=args.top)
+    status = res.result.exit_status
+    if status == 0 and args.fail_on_leak is not None and res.leak_bytes > threshold:
+        sys.stderr.write(f"heapscope: leak suspects hold {int(res.leak_bytes)} bytes "
+                         f"(> {threshold}): exit {LEAK_EXIT}\n")
+        return LEAK_EXIT
+    return status

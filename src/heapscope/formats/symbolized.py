@@ -1,0 +1,121 @@
+"""heapscope's self-contained profile file: a dump plus its symbols, readable anywhere.
+
+Written next to raw dumps while the binaries are still present (``heapscope run``), so a
+session can be analysed later on another machine. The file is gzip-compressed JSON:
+``{"format": "heapscope-profile", "version": 1, "meta": {…}, "mappings": […], "threads": […],
+"samples": [[stack, values, threads], …], "locations": [[address, module, offset, mapping
+index, frames], …]}``. Values stay raw (as sampled); frames are ``[function, file, line,
+inlined, full_name, system_name]``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from types import MappingProxyType
+from typing import Any
+
+from heapscope.errors import InputError
+from heapscope.model import Frame, Location, Mapping, Profile, Sample, Thread, ThreadValues
+
+FORMAT = "heapscope-profile"
+VERSION = 1
+SUFFIX = ".json.gz"
+
+
+def encode(p: Profile) -> dict[str, Any]:
+    """The JSON-ready form of a (symbolized) profile."""
+    index = {m: i for i, m in enumerate(p.mappings)}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "meta": {
+            "period": p.period, "sampling": p.sampling, "unsampled": p.unsampled,
+            "header": list(p.header), "pid": p.pid, "seq": p.seq, "kind": p.kind,
+            "source": p.source, "time": p.time, "format": p.format,
+            "sample_types": [[v.type, v.unit] for v in p.sample_types],
+        },
+        "mappings": [[m.start, m.limit, m.offset, m.path, m.perms, m.build_id, m.deleted]
+                     for m in p.mappings],
+        "threads": [[t.id, t.name, list(t.values)] for t in p.threads],
+        "samples": [[list(s.stack), list(s.values), [[t.thread, list(t.values)]
+                                                     for t in s.threads]]
+                    for s in p.samples],
+        "locations": [
+            [loc.address, loc.module, loc.offset,
+             index.get(loc.mapping, -1) if loc.mapping is not None else -1,
+             [[f.function, f.file, f.line, f.inlined, f.full_name, f.system_name]
+              for f in loc.frames]]
+            for loc in p.locations.values()
+        ],
+    }
+
+
+def decode(data: dict[str, Any], source: str) -> Profile:
+    """A Profile from its JSON form; InputError when the content is not one."""
+    try:
+        if data.get("format") != FORMAT:
+            raise InputError(source, "not a heapscope profile")
+        if data.get("version") != VERSION:
+            raise InputError(source, f"heapscope profile version {data.get('version')} "
+                                     f"is not supported (expected {VERSION})")
+        from heapscope.model import ValueType
+
+        meta = data["meta"]
+        mappings = tuple(Mapping(int(a), int(b), int(c), str(d), str(e), str(f), bool(g))
+                         for a, b, c, d, e, f, g in data["mappings"])
+        locations: dict[int, Location] = {}
+        for address, module, offset, mi, frames in data["locations"]:
+            mapping = mappings[mi] if 0 <= mi < len(mappings) else None
+            locations[int(address)] = Location(
+                int(address), mapping, str(module), int(offset),
+                tuple(Frame(str(fn), str(fl), int(ln), bool(inl), str(full), str(sysn))
+                      for fn, fl, ln, inl, full, sysn in frames),
+            )
+        return Profile(
+            samples=tuple(
+                Sample(tuple(stack), tuple(float(v) for v in values),
+                       tuple(ThreadValues(int(t), tuple(vs)) for t, vs in threads))
+                for stack, values, threads in data["samples"]
+            ),
+            mappings=mappings,
+            sample_types=tuple(ValueType(t, u) for t, u in meta["sample_types"]),
+            period=int(meta["period"]),
+            sampling=str(meta["sampling"]),
+            unsampled=bool(meta["unsampled"]),
+            header=tuple(meta["header"]),
+            threads=tuple(Thread(int(i), str(n), tuple(v)) for i, n, v in data["threads"]),
+            locations=MappingProxyType(locations),
+            pid=meta.get("pid"), seq=meta.get("seq"), kind=meta.get("kind") or "",
+            source=source, time=meta.get("time"), format=FORMAT,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(source, f"damaged heapscope profile ({type(e).__name__})") from None
+
+
+def parse(text: str, source: str) -> Profile:
+    """A Profile from the (decompressed) text of a heapscope profile file."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InputError(source, "damaged heapscope profile (invalid JSON)") from None
+    if not isinstance(data, dict):
+        raise InputError(source, "not a heapscope profile")
+    return decode(data, source)
+
+
+def write(profile: Profile, path: str) -> None:
+    """Write ``profile`` to ``path`` atomically (gzip JSON)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
+                                                       compresslevel=5, mtime=0) as f:
+            f.write(json.dumps(encode(profile), separators=(",", ":")).encode())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
