@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,11 @@ from types import FrameType
 
 from heapscope.capture.procs import TreeWatcher
 from heapscope.errors import HeapscopeError
+
+# jemalloc's exit summary (one pair of lines per process, and often far off) stays in the
+# session log but is kept off the terminal, so the program's stderr looks as without us.
+_JEMALLOC_NOISE = re.compile(rb"<jemalloc>: (?:Leak approximation summary|Leak summary|"
+                             rb"Run jeprof on)[^\n]*\n?")
 
 _FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _TTY_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
@@ -64,8 +70,9 @@ def _tee(src: int, log_path: str, on_line: Callable[[bytes], None]) -> None:
                 break
             if not chunk:
                 break
+            shown = _JEMALLOC_NOISE.sub(b"", chunk) if b"<jemalloc>: " in chunk else chunk
             try:
-                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.write(shown)
                 sys.stderr.buffer.flush()
             except (OSError, ValueError):
                 pass  # our stderr is gone; keep the log complete anyway

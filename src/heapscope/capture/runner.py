@@ -25,8 +25,17 @@ from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 from heapscope.symbols.elf import ElfError, ElfInfo
 
 JAVA_FLAGS = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit"
-WRAPPERS = frozenset("sh bash dash zsh ksh env runuser su sudo setpriv timeout nice ionice "
-                     "stdbuf taskset chrt nohup time xargs make".split())
+# Programs that start other programs: as the launched process they are a "wrapper".
+WRAPPERS = frozenset("sh bash dash zsh ksh mksh busybox env runuser su sudo setpriv timeout "
+                     "nice ionice stdbuf taskset chrt nohup time xargs make".split())
+# Shells and small tools that scripts and version-manager shims (pyenv, rbenv, nvm) run by the
+# dozen: they rarely free memory before exiting, and must not drown the program's report.
+HELPERS = WRAPPERS | frozenset(
+    "readlink realpath basename dirname cat sed grep egrep awk gawk mawk cut tr head tail sort "
+    "uniq wc tee find ls cp mv rm mkdir rmdir ln chmod chown touch date uname id whoami "
+    "hostname expr test [ true false sleep which printf echo seq mktemp stat getconf "
+    "ldconfig locale tput".split())
+QUIET_ROLES = ("wrapper", "helper")
 
 
 @dataclass(frozen=True)
@@ -246,8 +255,13 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         rep.leak_bytes = sum(s.bytes for s in found if s.verdict == LEAK)
         all_suspects.extend(found)
         reports.append(rep)
+    seen = {r.pid for r in reports}
+    for info in procs.values():
+        if info.pid not in seen:  # ran, but wrote no dump (exec'd, or left with _exit)
+            reports.append(ProcessReport(info.pid, info.ppid, info.exe, info.cmdline, "", []))
     _assign_roles(reports, result.pid)
-    all_suspects.sort(key=rank)
+    quiet = {r.pid for r in reports if r.role in QUIET_ROLES}
+    all_suspects.sort(key=lambda x: (x.pid in quiet, *rank(x)))
     manifest.update({
         "end_time": result.end,
         "exit_status": result.exit_status,
@@ -257,22 +271,20 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         "leak_summaries": summaries,
     })
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
-    out = SessionResult(path, cmd, result, sorted(reports, key=lambda r: -r.leak_bytes),
+    order = sorted(reports, key=lambda r: (r.role in QUIET_ROLES, -r.leak_bytes, r.pid))
+    out = SessionResult(path, cmd, result, order,
                         all_suspects, diagnostics, notes, summaries)
     sess.write_json(os.path.join(path, "report.json"), out.report())
     return out
 
 
 def _assign_roles(reports: list[ProcessReport], root: int) -> None:
-    pids = {r.pid for r in reports}
     for r in reports:
         name = os.path.basename(r.exe)
-        has_children = any(o.ppid == r.pid for o in reports)
         if r.pid == root:
-            r.role = "wrapper" if name in WRAPPERS and (has_children or len(pids) > 1) \
-                else "main"
+            r.role = "wrapper" if name in WRAPPERS and len(reports) > 1 else "main"
         else:
-            r.role = "child"
+            r.role = "helper" if name in HELPERS else "child"
 
 
 def _notes(result: RunResult, lib: JemallocLib, by_pid: dict[int, list[str]]) -> list[str]:

@@ -7,6 +7,7 @@ drop-in written by hand (or by another tool) under the same name is never touche
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -149,10 +150,8 @@ def write_dropin(path: Path, text: str) -> None:
         check_replaceable(path)
         os.replace(tmp, path)
     except BaseException as e:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         if isinstance(e, OSError):
             raise InputError(str(path), _reason(e)) from None
         raise

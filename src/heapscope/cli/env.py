@@ -72,12 +72,12 @@ class Settings:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if not args.systemd:
+    if args.systemd is None:
         for flag, given in (("--install", args.install), ("--remove", args.remove),
                             ("--systemd-dir", args.systemd_dir is not None)):
             if given:
                 raise UsageError(f"{flag} needs --systemd UNIT")
-    if args.java and args.systemd:
+    if args.java and args.systemd is not None:
         raise UsageError(f"--java does not combine with --systemd; add {JAVA_FLAGS} to the "
                          "service's java command line yourself")
     if args.java and args.prefixed:
@@ -87,8 +87,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _dump_dir(args: argparse.Namespace, unit: str | None) -> str:
+    path: str
     if args.dir:
-        path = args.dir
+        path = str(args.dir)
     elif unit:
         path = systemd.default_dump_dir(unit)
     else:
@@ -109,7 +110,8 @@ def _size(text: str | None, option: str) -> int | None:
     n = parse_size(text, option)
     if n & (n - 1):
         rounded = 1 << lg2(n)
-        print(f"heapscope: note: {option} {text} is rounded to {human_bytes(rounded)} "
+        print(f"heapscope: note: {option} {text} is rounded to 2^{lg2(n)} = "
+              f"{human_bytes(rounded)} "
               "(jemalloc takes powers of two)", file=sys.stderr)
     return n
 
@@ -134,12 +136,14 @@ def settings(args: argparse.Namespace, dump_dir: str) -> Settings:
 
 def _when(args: argparse.Namespace) -> str:
     """When dumps are written, for the comments."""
-    when = ["when it exits normally (exit() or return from main; a kill by signal writes none)"]
+    when = []
     if args.interval:
         when.append(f"every {args.interval} allocated")
     if args.gdump:
         when.append("at each new memory peak")
-    return "; ".join(when)
+    when.append("when it exits normally (exit() or return from main; a kill by a signal "
+                "writes no final dump)")
+    return (", ".join(when[:-1]) + " and " if len(when) > 1 else "") + when[-1]
 
 
 def _top_hint(dump_dir: str) -> str:
@@ -149,7 +153,8 @@ def _top_hint(dump_dir: str) -> str:
 def shell_lines(s: Settings, args: argparse.Namespace) -> list[str]:
     """The default form: lines to paste into a shell (or ``eval "$(heapscope env)"``)."""
     names = ([] if s.preload is None else ["LD_PRELOAD"]) + [s.var]
-    who = ("programs from this shell that link tikv-jemallocator's _rjem_ jemalloc"
+    who = ("programs from this shell that link tikv-jemallocator's _rjem_ jemalloc "
+           "(with its \"profiling\" feature)"
            if s.preload is None else "programs started from this shell")
     lines = [f"# heapscope env: heap profiling with jemalloc for {who}.",
              f"# It lasts until: unset {' '.join(names)}",
@@ -238,7 +243,7 @@ def remove(unit: str, target: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope env``."""
     _check_args(args)
-    unit = systemd.normalize_unit(args.systemd) if args.systemd else None
+    unit = None if args.systemd is None else systemd.normalize_unit(args.systemd)
     if unit is not None:
         target = systemd.dropin_path(unit, args.systemd_dir or systemd.SYSTEMD_DIR)
         if args.remove:

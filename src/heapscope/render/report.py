@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from typing import TextIO
 
@@ -23,17 +24,23 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5, frames: int 
     out.write(f"session: {res.path}\n")
     for note in res.notes:
         out.write(f"note: {note}\n")
+    shown = [p for p in res.processes if p.role != "helper"]
+    helpers = [p for p in res.processes if p.role == "helper"]
     if res.processes:
         out.write(f"\nprocesses ({len(res.processes)}):\n")
         out.write(f"  {'pid':>8}  {'role':<8} {'live':>10} {'leak':>10}  command\n")
-        for p in res.processes[:12]:
-            mark = "  <- leaks" if p.leaks else ""
-            out.write(f"  {p.pid:>8}  {p.role:<8} {human_bytes(p.live_bytes):>10} "
+        for p in shown[:12]:
+            mark = "  <- leaks" if p.leaks and p.role != "wrapper" else ""
+            live = human_bytes(p.live_bytes) if p.dumps else "no dump"
+            out.write(f"  {p.pid:>8}  {p.role:<8} {live:>10} "
                       f"{human_bytes(p.leak_bytes):>10}  {_cmd(p.cmdline or [p.exe])}{mark}\n")
-        if len(res.processes) > 12:
-            rest = res.processes[12:]
-            out.write(f"  … and {len(rest)} more processes holding "
-                      f"{human_bytes(sum(p.leak_bytes for p in rest))} in leak suspects\n")
+        rest = shown[12:] + helpers
+        if rest:
+            names = sorted({os.path.basename(p.exe) or "?" for p in rest})
+            listed = ", ".join(names[:6]) + (", …" if len(names) > 6 else "")
+            out.write(f"  + {len(rest)} more ({listed}) holding "
+                      f"{human_bytes(sum(p.leak_bytes for p in rest))} at exit; shells and "
+                      "tools are ranked last\n")
     leaks = [s for s in res.suspects if s.verdict == LEAK]
     if leaks:
         out.write("\nlive at exit, most likely leaks first:\n")

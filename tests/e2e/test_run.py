@@ -1,0 +1,177 @@
+"""``heapscope run``: launching real programs, the session folder, and every bad case."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jemalloc as je
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+PY = sys.executable
+
+
+def hs(*args: str, cache: Path, stdin: str | None = None, cwd: Path | None = None,
+       timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(cache))
+    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", *args], env=env,
+                       input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def report(session: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((session / "report.json").read_text())
+    return data
+
+
+def test_c_program_session(leaky_c_build: Any, libjemalloc: Path, tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--sample", "1", "--", str(leaky_c_build.binary),
+           cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    r = report(s)
+    first = r["suspects"][0]
+    assert first["function"] == "leak_big" and first["verdict"] == "leak"
+    assert first["bytes"] == pytest.approx(8 * 1048576, rel=1e-6)
+    assert first["file"].endswith("leaky.c")
+    assert first["line"] == je.source_line(je.PROGRAMS_DIR / "leaky.c", "big")
+    assert first["stack"][1].startswith("main ")
+    names = [x["function"] for x in r["suspects"] if x["verdict"] == "leak"]
+    assert {"leak_small", "worker_alloc", "copy_names", "inline_alloc"} <= set(names)
+    assert any(n.startswith("libhelper.so+0x") for n in names)
+    expected = [x for x in r["suspects"] if x["verdict"] == "expected"]
+    assert expected and all(x["bytes"] < 100_000 for x in expected)
+    (proc,) = r["processes"]
+    assert proc["role"] == "main" and proc["leaks"] and proc["pid"] == first["pid"]
+    manifest = json.loads((s / "manifest.json").read_text())
+    assert manifest["exit_status"] == 0
+    assert "prof:true" in manifest["malloc_conf"] and "lg_prof_sample:0" in manifest["malloc_conf"]
+    assert manifest["jemalloc"]["path"] == str(libjemalloc) or manifest["jemalloc"]["version"]
+    assert str(leaky_c_build.binary) in manifest["modules"]
+    assert (s / "symbolized").glob("*.json.gz")
+    assert "Leak approximation summary" in (s / "leak-summaries.txt").read_text()
+    assert (s / "rss.csv").read_text().count("\n") >= 2
+    # The printed report names the leak and says what to run next.
+    assert "leak_big" in p.stderr and "heapscope top --lines" in p.stderr
+
+
+def test_session_opens_without_binaries(leaky_c_build: Any, tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    hs("run", "-o", str(s), "--sample", "1", "--", str(leaky_c_build.binary),
+       cache=tmp_path / "c")
+    for dump in (s / "dumps").glob("*.heap"):
+        text = dump.read_text()
+        dump.write_text(text.replace(str(leaky_c_build.binary), "/gone/leaky"))
+    top = hs("top", "--format", "json", "-n", "3", str(s), cache=tmp_path / "c2")
+    assert top.returncode == 0, top.stderr
+    assert json.loads(top.stdout)["rows"][0]["name"] == "leak_big"
+
+
+def test_stdio_passthrough_and_wrapper(libjemalloc: Path, tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    script = "read x; echo got:$x; echo to-stderr >&2; " + PY + " -c 'print(42)'"
+    p = hs("run", "-o", str(s), "--", "sh", "-c", script, cache=tmp_path / "c", stdin="hi\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[:2] == ["got:hi", "42"]
+    assert "to-stderr" in p.stderr
+    assert "to-stderr" in (s / "stderr.log").read_text()
+    r = report(s)
+    roles = {x["role"] for x in r["processes"]}
+    assert "wrapper" in roles and "child" in roles
+
+
+def test_exit_status_and_fail_on_leak(leaky_c_build: Any, libjemalloc: Path,
+                                      tmp_path: Path) -> None:
+    p = hs("run", "-o", str(tmp_path / "a"), "--", PY, "-c", "import sys; sys.exit(3)",
+           cache=tmp_path / "c")
+    assert p.returncode == 3
+    leak = hs("run", "-o", str(tmp_path / "b"), "--fail-on-leak", "--",
+              str(leaky_c_build.binary), cache=tmp_path / "c")
+    assert leak.returncode == 10 and "exit 10" in leak.stderr
+    ok = hs("run", "-o", str(tmp_path / "d"), "--fail-on-leak", "1G", "--",
+            str(leaky_c_build.binary), cache=tmp_path / "c")
+    assert ok.returncode == 0
+
+
+def test_sigterm_is_forwarded_and_final_dump_written(libjemalloc: Path, tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+            "keep = [bytearray(100000) for _ in range(50)]\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))
+    proc = subprocess.Popen([sys.executable, "-m", "heapscope.cli.main", "run", "-o", str(s),
+                             "--", PY, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert list((s / "dumps").glob("jeprof.*.f.heap"))
+
+
+def test_crash_is_explained(libjemalloc: Path, tmp_path: Path) -> None:
+    p = hs("run", "-o", str(tmp_path / "s"), "--", PY, "-c",
+           "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", cache=tmp_path / "c")
+    assert p.returncode == 128 + signal.SIGSEGV
+    assert "killed by SIGSEGV" in p.stderr and "--interval" in p.stderr
+    assert (tmp_path / "s" / "manifest.json").exists()
+
+
+def _one_error_line(p: subprocess.CompletedProcess[str]) -> str:
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("heapscope: error: ")
+    return lines[0]
+
+
+def test_command_not_found(tmp_path: Path) -> None:
+    p = hs("run", "-o", str(tmp_path / "s"), "--", "no-such-command-xyz", cache=tmp_path)
+    assert p.returncode == 127
+    assert "no-such-command-xyz: command not found" in _one_error_line(p)
+    assert not (tmp_path / "s").exists()
+
+
+def test_no_jemalloc_and_jemalloc_without_profiling(tmp_path: Path, gcc: Path) -> None:
+    p = hs("run", "--jemalloc", str(tmp_path / "missing.so"), "--", "true", cache=tmp_path)
+    assert p.returncode == 4
+    line = _one_error_line(p)
+    assert "apt-get install libjemalloc2" in line and "dnf install jemalloc" in line
+    fake = tmp_path / "libjemalloc-noprof.so"
+    je.build([je.PROGRAMS_DIR / "fake_jemalloc.c"], fake, ("-shared", "-fPIC", "-O1"))
+    p = hs("run", "--jemalloc", str(fake), "-o", str(tmp_path / "s"), "--", "true",
+           cache=tmp_path)
+    assert p.returncode == 4
+    assert "without profiling" in _one_error_line(p)
+    assert not (tmp_path / "s").exists()
+
+
+def test_unwritable_or_existing_output(libjemalloc: Path, tmp_path: Path) -> None:
+    p = hs("run", "-o", "/proc/heapscope-cannot-write-here", "--", "true", cache=tmp_path)
+    assert p.returncode == 2 and "cannot write the session" in _one_error_line(p)
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "precious.txt").write_text("keep me")
+    p = hs("run", "-o", str(used), "--", "true", cache=tmp_path)
+    assert p.returncode == 2 and "not empty" in _one_error_line(p)
+    assert [x.name for x in used.iterdir()] == ["precious.txt"]
+    assert (used / "precious.txt").read_text() == "keep me"
+
+
+def test_default_session_name(libjemalloc: Path, tmp_path: Path) -> None:
+    p = hs("run", "--", "true", cache=tmp_path / "c", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    (session,) = [d for d in tmp_path.iterdir() if d.name.startswith("heapscope-true-")]
+    assert (session / "manifest.json").exists()
