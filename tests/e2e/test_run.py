@@ -175,3 +175,22 @@ def test_default_session_name(libjemalloc: Path, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     (session,) = [d for d in tmp_path.iterdir() if d.name.startswith("heapscope-true-")]
     assert (session / "manifest.json").exists()
+
+
+def test_statically_linked_jemalloc_needs_no_preload(gcc: Path, tmp_path: Path) -> None:
+    static = Path("/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a")
+    if not static.exists():
+        pytest.skip("no static jemalloc: apt-get install libjemalloc-dev")
+    prog = tmp_path / "leaky-static"
+    je.build([je.PROGRAMS_DIR / "leaky.c", je.PROGRAMS_DIR / "helper.c"], prog,
+             ("-O1", "-g", "-pthread"), link_flags=(str(static), "-ldl", "-lstdc++", "-lm"))
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--sample", "1", "--", str(prog), cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    manifest = json.loads((s / "manifest.json").read_text())
+    assert manifest["jemalloc"]["preloaded"] is False
+    assert manifest["conf_variable"] == "MALLOC_CONF"
+    r = report(s)
+    assert r["suspects"][0]["function"] == "leak_big"
+    leaves = {x["function"] for x in r["suspects"]}
+    assert not any(n.startswith(("je_", "prof_", "imalloc", "malloc")) for n in leaves), leaves
