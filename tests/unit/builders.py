@@ -9,6 +9,7 @@ from heapscope.model import Frame, Location, Mapping, Profile, Sample
 EXE = Mapping(0x555555554000, 0x555555600000, 0, "/srv/app", "r-xp")
 JEMALLOC = Mapping(0x7F0000000000, 0x7F0000100000, 0, "/usr/lib/libjemalloc.so.2", "r-xp")
 LIBC = Mapping(0x7F1000000000, 0x7F1000100000, 0, "/usr/lib/libc.so.6", "r-xp")
+PG = Mapping(0x560000000000, 0x560000100000, 0, "/usr/lib/postgresql/15/bin/postgres", "r-xp")
 
 
 class Builder:
@@ -17,8 +18,7 @@ class Builder:
     def __init__(self) -> None:
         self.locations: dict[int, Location] = {}
         self.by_name: dict[tuple[str, str], int] = {}
-        self.next = {EXE.path: EXE.start + 0x1000, JEMALLOC.path: JEMALLOC.start + 0x1000,
-                     LIBC.path: LIBC.start + 0x1000}
+        self.next = {m.path: m.start + 0x1000 for m in (EXE, JEMALLOC, LIBC, PG)}
 
     def loc(self, spec: str) -> int:
         """Address for ``spec``: 'name', 'name@file:line', 'je:name', 'libc:name', '?exe'."""
@@ -27,6 +27,8 @@ class Builder:
             mapping, spec = JEMALLOC, spec[3:]
         elif spec.startswith("libc:"):
             mapping, spec = LIBC, spec[5:]
+        elif spec.startswith("pg:"):
+            mapping, spec = PG, spec[3:]
         key = (mapping.path, spec)
         if key in self.by_name:
             return self.by_name[key]
@@ -51,6 +53,6 @@ class Builder:
 
     def profile(self, *samples: Sample, **kw: object) -> Profile:
         """A symbolized, already-unsampled profile holding ``samples``."""
-        p = Profile(samples=tuple(samples), mappings=(EXE, JEMALLOC, LIBC), period=1,
+        p = Profile(samples=tuple(samples), mappings=(EXE, JEMALLOC, LIBC, PG), period=1,
                     sampling="none", unsampled=True, source="built.heap")
         return p.with_(locations=MappingProxyType(dict(self.locations)), **kw)

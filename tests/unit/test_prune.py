@@ -67,3 +67,21 @@ def test_inlined_allocator_shim_trimmed_from_leaf() -> None:
     out = prune(p)
     leaf = out.location(out.samples[0].stack[0])
     assert [f.function for f in leaf.frames] == ["fill"]
+
+
+def test_unnamed_frames_inside_an_allocator_are_skipped() -> None:
+    b = Builder()
+    p = b.profile(
+        b.sample("je:malloc", "pg:?AllocSetAlloc", "pg:palloc", "leak_top", "pg:ExecInterpExpr"),
+        b.sample("je:malloc", "pg:?static_helper", "pg:ExecInterpExpr", "pg:palloc"),
+    )
+    out = _names(b, prune(p))
+    assert out[0][0] == "leak_top"
+    # An unnamed frame followed by a named program frame is the program's: kept as the leaf.
+    assert out[1][0].startswith("postgres+0x")
+
+
+def test_palloc_is_only_an_allocator_inside_postgres() -> None:
+    b = Builder()
+    p = b.profile(b.sample("je:malloc", "palloc", "main"))  # a program's own "palloc"
+    assert _names(b, prune(p))[0][0] == "palloc"

@@ -6,7 +6,10 @@ new``, a Rust shim, a thin libc wrapper such as ``strdup``). jeprof drops only e
 so leaves jemalloc 5.3's internal frames, prefixed ``_rjem_`` builds and unsymbolized frames on
 top. We drop the leading run of frames that are inside the jemalloc image (by module, for
 shared builds) or whose function is an allocator (by name, which also covers jemalloc linked
-statically), and stop at the first frame that is neither. In Rust the whole ``alloc`` crate
+statically), and stop at the first frame that is neither. An unnamed frame (a static function
+of a stripped binary) in that leading run is dropped only when a named allocator frame follows
+it: it is then inside the allocator (PostgreSQL's AllocSetAlloc under palloc, say), and a
+named frame of the program is never skipped. In Rust the whole ``alloc`` crate
 (``Box``, ``Vec``, ``RawVec``, ``String`` internals) is allocation machinery, so its frames
 are skipped too; C++ containers stay visible and only the allocator shims go.
 """
@@ -49,11 +52,22 @@ _PATTERNS = re.compile(
 
 # Thin malloc wrappers inside particular runtimes, pruned only in that module: HotSpot's
 # NMT entry points would otherwise be the leaf of every JVM-native stack.
+_POSTGRES = frozenset(
+    "palloc palloc0 palloc_extended palloc_aligned repalloc repalloc0 repalloc_extended"
+    " repalloc_huge MemoryContextAlloc MemoryContextAllocZero MemoryContextAllocZeroAligned"
+    " MemoryContextAllocExtended MemoryContextAllocHuge MemoryContextAllocAligned"
+    " MemoryContextStrdup pstrdup pnstrdup AllocSetAlloc AllocSetAllocLarge"
+    " AllocSetAllocFromNewBlock AllocSetAllocChunkFromBlock AllocSetRealloc GenerationAlloc"
+    " GenerationRealloc SlabAlloc BumpAlloc".split()
+)
 _MODULE_WRAPPERS: dict[str, frozenset[str]] = {
     "libjvm.so": frozenset(
         "os::malloc os::realloc os::strdup os::strdup_check_oom AllocateHeap ReallocateHeap"
         " AllocateHeap_or_null".split()
     ),
+    # PostgreSQL's memory contexts are its allocator: palloc() is its malloc().
+    "postgres": _POSTGRES,
+    "postmaster": _POSTGRES,
 }
 
 _JEMALLOC_MODULE = re.compile(r"^lib(?:jemalloc|tcmalloc)[\w.-]*\.so(?:\.\d+)*$")
@@ -105,14 +119,18 @@ def prune(profile: Profile) -> Profile:
     leaves: set[int] = set()
     samples: list[Sample] = []
     append = samples.append
+    unnamed = {a for a in verdict if not verdict[a] and not profile.location(a).frames}
     for s in profile.samples:
         stack = s.stack
-        last = len(stack) - 1
-        k = 0
-        while k < last and verdict[stack[k]]:
-            k += 1
-        if k:
-            s = Sample(stack[k:], s.values, s.threads)
+        cut = 0
+        for i in range(len(stack) - 1):  # the outermost frame is always kept
+            a = stack[i]
+            if verdict[a]:
+                cut = i + 1
+            elif a not in unnamed:
+                break
+        if cut:
+            s = Sample(stack[cut:], s.values, s.threads)
             leaves.add(s.stack[0])
         elif stack:
             leaves.add(stack[0])

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from heapscope.capture.procevents import ProcEvents
 from heapscope.capture.procs import TreeWatcher
 from heapscope.errors import HeapscopeError
 
@@ -48,6 +49,7 @@ class RunResult:
     start: float
     end: float
     watcher: TreeWatcher
+    process_events: bool | str = False  # True, or why the kernel's fork events were missing
 
     @property
     def signal(self) -> int | None:
@@ -96,27 +98,22 @@ def run(
     grace: float = 3.0,
 ) -> RunResult:
     """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited."""
+    events = ProcEvents()
+    events.start()  # before the program starts, so that no early fork goes unseen
     read_end, write_end = os.pipe()
     start = time.time()
     try:
         proc = subprocess.Popen(cmd, env=env, stderr=write_end, close_fds=True)
-    except FileNotFoundError:
-        os.close(read_end)
-        os.close(write_end)
-        raise CommandNotFound(f"{cmd[0]}: command not found") from None
-    except PermissionError:
-        os.close(read_end)
-        os.close(write_end)
-        raise CommandNotFound(f"{cmd[0]}: permission denied (not executable)") from None
     except OSError as e:
         os.close(read_end)
+        events.stop()
+        raise _spawn_failed(cmd, e) from None
+    finally:
         os.close(write_end)
-        raise CommandNotFound(f"{cmd[0]}: cannot execute: {e.strerror or e}") from None
-    os.close(write_end)
     tee = threading.Thread(target=_tee, args=(read_end, stderr_log, on_stderr_line),
                            name="heapscope-stderr", daemon=True)
     tee.start()
-    watcher = TreeWatcher(proc.pid, watch_interval, start)
+    watcher = TreeWatcher(proc.pid, watch_interval, start, events if events.available else None)
     watcher.begin()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -132,19 +129,25 @@ def run(
         # From a terminal the program gets these itself; otherwise they came from kill(1).
         previous[sig] = signal.signal(sig, signal.SIG_IGN if interactive else forward)
     try:
-        while True:
-            try:
-                returncode = proc.wait()
-                break
-            except InterruptedError:
-                continue
+        returncode = proc.wait()
         _wait_for_leftovers(watcher, grace)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         watcher.end()
+        events.stop()
     tee.join(timeout=5)
-    return RunResult(proc.pid, returncode, start, time.time(), watcher)
+    result = RunResult(proc.pid, returncode, start, time.time(), watcher)
+    result.process_events = events.available or f"unavailable ({events.error})"
+    return result
+
+
+def _spawn_failed(cmd: list[str], e: OSError) -> CommandNotFound:
+    if isinstance(e, FileNotFoundError):
+        return CommandNotFound(f"{cmd[0]}: command not found")
+    if isinstance(e, PermissionError):
+        return CommandNotFound(f"{cmd[0]}: permission denied (not executable)")
+    return CommandNotFound(f"{cmd[0]}: cannot execute: {e.strerror or e}")
 
 
 def _wait_for_leftovers(watcher: TreeWatcher, grace: float) -> None:

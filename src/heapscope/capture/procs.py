@@ -7,6 +7,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from heapscope.capture.procevents import ProcEvents
+
 
 @dataclass
 class ProcInfo:
@@ -66,8 +68,10 @@ class TreeWatcher:
     name them.
     """
 
-    def __init__(self, root: int, interval: float = 0.25, start: float | None = None) -> None:
+    def __init__(self, root: int, interval: float = 0.25, start: float | None = None,
+                 events: ProcEvents | None = None) -> None:
         self.root = root
+        self.events = events
         self.interval = interval
         self.start = time.time() if start is None else start
         self.procs: dict[int, ProcInfo] = {}
@@ -82,10 +86,35 @@ class TreeWatcher:
         self._thread.start()
 
     def end(self) -> None:
-        """Stop sampling (one last sample first)."""
+        """Stop sampling; add what the kernel's fork/exec events saw that polling missed."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        self._merge_events()
+
+    def _merge_events(self) -> None:
+        if self.events is None:
+            return
+        with self.events.lock:
+            parent = dict(self.events.parent)
+            image = dict(self.events.image)
+        members = set(self.procs) | {self.root}
+        changed = True
+        while changed:  # forks can be reported in any order: close over the tree
+            changed = False
+            for child, ppid in parent.items():
+                if child not in members and ppid in members:
+                    members.add(child)
+                    changed = True
+        with self._lock:
+            for pid in members:
+                info = self.procs.get(pid)
+                if info is None:
+                    info = self.procs[pid] = ProcInfo(pid, parent.get(pid, 0))
+                if pid in parent and pid != self.root:
+                    info.ppid = parent[pid]
+                if pid in image and not info.cmdline:
+                    info.exe, info.cmdline = image[pid][0], list(image[pid][1])
 
     def alive(self) -> list[int]:
         """Pids of the tree seen alive at the last sample, the root excepted."""

@@ -268,6 +268,7 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         "signal": result.signal,
         "processes": [p.as_dict() for p in sorted(procs.values(), key=lambda p: p.pid)],
         "modules": _module_build_ids(raw_profiles),
+        "process_events": result.process_events,
         "leak_summaries": summaries,
     })
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 SCENARIOS_DIR = Path(__file__).resolve().parent
@@ -95,7 +95,9 @@ def pg_config_value(pg_config: str | Path, option: str) -> str:
     return _run([pg_config, option]).strip()
 
 
-def build_leakext(out_dir: Path, pg_config: str | Path = "pg_config", gcc: str | Path = "gcc") -> Path:
+def build_leakext(
+    out_dir: Path, pg_config: str | Path = "pg_config", gcc: str | Path = "gcc"
+) -> Path:
     """leakext.so, compiled against ``pg_config --includedir-server`` (no PGXS)."""
     include = pg_config_value(pg_config, "--includedir-server")
     if not (Path(include) / "postgres.h").is_file():
@@ -119,7 +121,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     out = Path(argv[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    recipes: list[tuple[str, str, object]] = [
+    recipes: list[tuple[str, str, Callable[[], Path]]] = [
         ("prefork", "gcc", lambda: build_prefork(out)),
         ("threads", "gcc", lambda: build_threads(out)),
         ("libcleak.so", "gcc", lambda: build_libcleak(out)),
@@ -132,7 +134,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"skip  {name}: {tool} not found")
             continue
         try:
-            print(f"built {name}: {recipe()}")  # type: ignore[operator]
+            print(f"built {name}: {recipe()}")
         except ScenarioBuildError as e:
             print(f"FAIL  {name}: {e}")
             status = 1
