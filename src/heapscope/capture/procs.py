@@ -151,9 +151,14 @@ class TreeWatcher:
                 if info is None:
                     exe, cmd = _details(pid)
                     info = self.procs[pid] = ProcInfo(pid, ppid, exe, cmd, t)
-                elif not info.cmdline or info.exe != _details(pid)[0]:
-                    # exec() replaced the image (a wrapper or shell exec'ing the program).
-                    info.exe, info.cmdline = _details(pid)
+                else:
+                    # exec() may have replaced the image, and servers retitle forked children
+                    # (postgres: "postgres: user db [local] idle"): keep the latest.
+                    exe, cmd = _details(pid)
+                    if exe:
+                        info.exe = exe
+                    if cmd:
+                        info.cmdline = cmd
                 info.last_seen = t
                 info.max_rss = max(info.max_rss, rss)
                 self.timeline.append((t, pid, rss))
