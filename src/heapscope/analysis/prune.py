@@ -10,8 +10,9 @@ statically), and stop at the first frame that is neither. An unnamed frame (a st
 of a stripped binary) in that leading run is dropped only when a named allocator frame follows
 it: it is then inside the allocator (PostgreSQL's AllocSetAlloc under palloc, say), and a
 named frame of the program is never skipped. In Rust the whole ``alloc`` crate
-(``Box``, ``Vec``, ``RawVec``, ``String`` internals) is allocation machinery, so its frames
-are skipped too; C++ containers stay visible and only the allocator shims go.
+(``Box``, ``Vec``, ``RawVec``, ``String`` internals) and rustc's ``__rustc::__rust_alloc``
+shims are allocation machinery, so their frames are skipped too; C++ containers stay visible
+and only the allocator shims go.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ _PATTERNS = re.compile(
       | prof_malloc.* | prof_realloc | imalloc.* | ialloc.* | iralloc.* | irallocx.* | ixalloc.*
       | .*malloc_default | do_rallocx | do_xallocx | fallback.*NewImpl.*
       | operator\ new.* | tcmalloc::.* | TCMalloc.*
-      | <?alloc::.*
+      | <?alloc::.* | __rustc::.*
       | <.*\ as\ core::alloc::global::GlobalAlloc>::.* | tikv_jemallocator::.*
       | __gnu_cxx::new_allocator<.*>::allocate | std::__new_allocator<.*>::allocate
       | std::allocator<.*>::allocate | std::allocator_traits<.*>::allocate
@@ -112,31 +113,45 @@ def _trim_frames(loc: Location) -> Location:
     return Location(loc.address, loc.mapping, loc.module, loc.offset, trimmed)
 
 
-def prune(profile: Profile) -> Profile:
-    """Return a profile whose stacks start at the first non-allocator frame."""
-    verdict = {a: is_allocator_location(profile.location(a)) for a in profile.addresses()}
+def prune(profile: Profile,
+          memo: dict[tuple[int, ...], tuple[int, ...]] | None = None) -> Profile:
+    """Return a profile whose stacks start at the first non-allocator frame.
+
+    ``memo`` maps raw stacks to pruned ones and may be shared by profiles that have the same
+    locations (the dumps of one process), so that each stack is pruned once.
+    """
+    verdict: dict[int, bool] = {}
+    unnamed: dict[int, bool] = {}
+    location = profile.location
     locations = dict(profile.locations)
     leaves: set[int] = set()
     samples: list[Sample] = []
     append = samples.append
-    unnamed = {a for a in verdict if not verdict[a] and not profile.location(a).frames}
+    memo = {} if memo is None else memo
     for s in profile.samples:
         stack = s.stack
-        cut = 0
-        for i in range(len(stack) - 1):  # the outermost frame is always kept
-            a = stack[i]
-            if verdict[a]:
-                cut = i + 1
-            elif a not in unnamed:
-                break
-        if cut:
-            s = Sample(stack[cut:], s.values, s.threads)
-            leaves.add(s.stack[0])
-        elif stack:
-            leaves.add(stack[0])
+        pruned = memo.get(stack)
+        if pruned is None:
+            cut = 0
+            for i in range(len(stack) - 1):  # the outermost frame is always kept
+                a = stack[i]
+                v = verdict.get(a)
+                if v is None:
+                    loc = location(a)
+                    v = verdict[a] = is_allocator_location(loc)
+                    unnamed[a] = not v and not loc.frames
+                if v:
+                    cut = i + 1
+                elif not unnamed[a]:
+                    break
+            pruned = memo[stack] = stack[cut:] if cut else stack
+        if pruned is not stack:
+            s = Sample(pruned, s.values, s.threads)
+        if pruned:
+            leaves.add(pruned[0])
         append(s)
     for a in leaves:
-        loc = locations.get(a)
-        if loc is not None and len(loc.frames) > 1:
-            locations[a] = _trim_frames(loc)
+        known = locations.get(a)
+        if known is not None and len(known.frames) > 1:
+            locations[a] = _trim_frames(known)
     return profile.with_(samples=tuple(samples), locations=MappingProxyType(locations))

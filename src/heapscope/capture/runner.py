@@ -263,6 +263,7 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     quiet = {r.pid for r in reports if r.role in QUIET_ROLES}
     all_suspects.sort(key=lambda x: (x.pid in quiet, *rank(x)))
     manifest.update({
+        "pid": result.pid,
         "end_time": result.end,
         "exit_status": result.exit_status,
         "signal": result.signal,

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import env, run, shell, top
+from heapscope.cli import env, leaks, run, shell, top
 from heapscope.errors import HeapscopeError
 
 
@@ -24,6 +24,7 @@ def parser() -> argparse.ArgumentParser:
     sub.required = True
     run.register(sub)
     top.register(sub)
+    leaks.register(sub)
     shell.register(sub)
     env.register(sub)
     return p

@@ -70,7 +70,17 @@ def _is_hex(tok: str) -> bool:
     return True
 
 
-def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Profile:
+class ParseCache:
+    """Parsed text shared by the dumps of one process: its stacks recur in every dump."""
+
+    def __init__(self) -> None:
+        self.hexes = _HexCache()
+        self.stacks: dict[str, tuple[int, ...]] = {}
+        self.counts: dict[str, tuple[str, tuple[float, ...], str]] = {}
+
+
+def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
+                  cache: ParseCache | None = None) -> Profile:
     """Parse the lines of a heap_v2 dump; ``threads`` keeps per-thread values per stack."""
     start = 0
     while start < len(lines) and (not lines[start].strip() or _stray(lines[start])):
@@ -83,8 +93,10 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Prof
     header: tuple[float, ...] = ()
     thread_list: list[Thread] = []
     samples: list[Sample] = []
-    cache = _HexCache()
-    counts_memo: dict[str, tuple[str, tuple[float, ...], str]] = {}
+    shared = cache if cache is not None else ParseCache()
+    hexes = shared.hexes
+    stacks = shared.stacks
+    counts_memo = shared.counts
     stack: tuple[int, ...] | None = None
     values: tuple[float, ...] | None = None
     per_thread: list[ThreadValues] = []
@@ -106,7 +118,10 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False) -> Prof
         c = line[0]
         if c == "@":
             flush()
-            stack = _stack(path, i, line, cache)
+            known = stacks.get(line)
+            if known is None:
+                known = stacks[line] = _stack(path, i, line, hexes)
+            stack = known
             values = None
             per_thread = []
         elif c == " " or c == "\t" or c == "t":

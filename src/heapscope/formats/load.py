@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from heapscope.errors import InputError
 from heapscope.formats.gperftools import parse_legacy
-from heapscope.formats.jemalloc import parse_heap_v2
+from heapscope.formats.jemalloc import ParseCache, parse_heap_v2
 from heapscope.model import Profile
 
 _NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.json)?(?:\.gz)?$")
@@ -83,12 +83,15 @@ def _first_line(lines: list[str]) -> str:
     return ""
 
 
-def load(path: str, *, threads: bool = False) -> Profile:
-    """Load one heap dump (heap_v2 or legacy, plain or gzip) into a raw Profile."""
+def load(path: str, *, threads: bool = False, cache: ParseCache | None = None) -> Profile:
+    """Load one heap dump (heap_v2 or legacy, plain or gzip) into a raw Profile.
+
+    ``cache`` shares parsed stacks between the dumps of one process (a series).
+    """
     lines = read_text(path).splitlines()
     first = _first_line(lines)
     if first.startswith("heap_v2/"):
-        profile = parse_heap_v2(path, lines, threads=threads)
+        profile = parse_heap_v2(path, lines, threads=threads, cache=cache)
     elif first.startswith("heap profile:"):
         profile = parse_legacy(path, lines)
     elif first.startswith("{"):

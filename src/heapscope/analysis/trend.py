@@ -1,0 +1,177 @@
+"""Classify one allocation site's live bytes over a series of dumps: leak, bounded, churn, steady.
+
+The estimates are sampled: with a mean sampling period of R bytes, a site holding b bytes of
+small objects is seen through about b/R samples of weight about R each, so its estimate jitters
+by roughly sqrt(R·b) bytes from dump to dump (Poisson). Decisions therefore use rank statistics
+that ignore the size of the jitter (the Mann–Kendall trend test, the Theil–Sen slope) together
+with that noise scale: a rise counts only when it is several noise widths tall.
+
+- leak: a significant upward trend over the whole series that still goes on over its last part;
+- bounded: a significant rise that has stopped (a cache that warmed up, a pool that filled);
+- churn: no trend, but swings well above the noise;
+- steady: none of these.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import median
+
+LEAK = "leak"
+BOUNDED = "bounded"
+CHURN = "churn"
+STEADY = "steady"
+
+Z_TREND = 2.33  # one-sided p < 0.01 for the whole series
+Z_RECENT = 1.28  # one-sided p < 0.10 for the last part: "still growing"
+RISE_SIGMAS = 3.0
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The verdict on one series and the numbers behind it."""
+
+    verdict: str
+    z: float  # Mann–Kendall z-score of the whole series
+    tau: float  # Kendall's tau (-1..1): how monotonic
+    z_recent: float  # the same test on the last part of the series
+    slope_per_dump: float  # Theil–Sen, over the growing part
+    slope_per_s: float | None  # the same per second, when dump times are known
+    first_growth: int | None  # index of the dump after which growth began
+    fit: float  # R² of a straight line over the growing part
+    rise: float  # end level minus start level, bytes
+    noise: float  # the sampling noise scale at the end level, bytes
+
+    @property
+    def score(self) -> float:
+        """Evidence-weighted size, for ranking: growth scaled by how monotonic it is."""
+        return max(self.rise, 0.0) * max(self.tau, 0.0)
+
+
+def mann_kendall(y: list[float]) -> tuple[float, float]:
+    """Mann–Kendall test: (z-score with tie correction, Kendall's tau)."""
+    n = len(y)
+    if n < 3:
+        return 0.0, 0.0
+    s = 0
+    for i in range(n - 1):
+        yi = y[i]
+        for j in range(i + 1, n):
+            d = y[j] - yi
+            s += (d > 0) - (d < 0)
+    counts: dict[float, int] = {}
+    for v in y:
+        counts[v] = counts.get(v, 0) + 1
+    var = (n * (n - 1) * (2 * n + 5)
+           - sum(t * (t - 1) * (2 * t + 5) for t in counts.values() if t > 1)) / 18.0
+    if var <= 0:
+        return 0.0, 0.0
+    z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
+    return z, s / (n * (n - 1) / 2)
+
+
+def theil_sen(x: list[float], y: list[float]) -> float:
+    """Median of pairwise slopes: a line fit that shrugs off outliers."""
+    slopes = [(y[j] - y[i]) / (x[j] - x[i])
+              for i in range(len(x) - 1) for j in range(i + 1, len(x)) if x[j] != x[i]]
+    return median(slopes) if slopes else 0.0
+
+
+def r_squared(x: list[float], y: list[float]) -> float:
+    """Coefficient of determination of the least-squares line through (x, y)."""
+    n = len(x)
+    if n < 3:
+        return 1.0 if n == 2 else 0.0
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((a - mx) ** 2 for a in x)
+    syy = sum((b - my) ** 2 for b in y)
+    if sxx == 0 or syy == 0:
+        return 0.0
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    return (sxy * sxy) / (sxx * syy)
+
+
+def noise_scale(level: float, period: int, object_size: float) -> float:
+    """The dump-to-dump jitter of a sampled estimate around ``level`` bytes.
+
+    Objects much larger than the period are always sampled and do not jitter; small ones do,
+    by about sqrt(R·b). A floor of one object keeps exactly-sampled series from looking noisy.
+    """
+    r = float(max(period, 1))
+    if object_size >= 8 * r:
+        return max(object_size, 1.0)
+    return math.sqrt(r * max(level, 0.0)) + max(object_size, 1.0)
+
+
+def classify(y: list[float], times: list[float] | None, period: int,
+             object_size: float) -> Trend:
+    """Classify a series of live-byte estimates (one per dump, oldest first)."""
+    n = len(y)
+    x = [float(i) for i in range(n)]
+    k = max(1, n // 5)
+    start, end = median(y[:k]), median(y[-k:])
+    rise = end - start
+    noise = noise_scale(max(start, end), period, object_size)
+    z, tau = mann_kendall(y)
+    half = n // 2
+    z_recent, _tau_recent = mann_kendall(y[half:]) if n - half >= 4 else (0.0, 0.0)
+    middle = median(y[max(0, half - k // 2):half + k // 2 + 1])
+    recent_rise = end - middle if n >= 4 else rise
+    near_top = end >= max(y) - RISE_SIGMAS * noise
+    grew = rise > RISE_SIGMAS * noise and z > Z_TREND
+    still = z_recent > Z_RECENT and recent_rise > RISE_SIGMAS * noise and near_top
+    if n == 2:
+        verdict = LEAK if rise > RISE_SIGMAS * noise else STEADY
+    elif grew and still:
+        verdict = LEAK
+    elif grew:
+        verdict = BOUNDED
+    elif _swings(y, period, object_size):
+        verdict = CHURN
+    else:
+        verdict = STEADY
+    first = hinge(y) if verdict in (LEAK, BOUNDED) else None
+    g = first or 0
+    # The rate is measured where the site grows: from the start of growth on for a leak, up
+    # to the plateau for a bounded site.
+    stop = n if verdict != BOUNDED else max(g + 2, _plateau(y, noise))
+    slope = theil_sen(x[g:stop], y[g:stop]) if stop - g >= 2 else 0.0
+    fit = r_squared(x[g:stop], y[g:stop])
+    slope_s = None
+    if times is not None and len(times) == n and times[stop - 1] > times[g]:
+        slope_s = theil_sen(times[g:stop], y[g:stop])
+    return Trend(verdict, z, tau, z_recent, slope, slope_s, first, fit, rise, noise)
+
+
+def hinge(y: list[float]) -> int:
+    """Where growth began: the break of the best flat-then-straight least-squares fit."""
+    n = len(y)
+    best, best_c = float("inf"), 0
+    for c in range(0, n - 2):
+        xs = [float(max(0, i - c)) for i in range(n)]
+        mx, my = sum(xs) / n, sum(y) / n
+        sxx = sum((a - mx) ** 2 for a in xs)
+        if sxx == 0:
+            continue
+        b = sum((a - mx) * (v - my) for a, v in zip(xs, y, strict=True)) / sxx
+        a0 = my - b * mx
+        sse = sum((v - a0 - b * a) ** 2 for a, v in zip(xs, y, strict=True))
+        if sse < best - 1e-9:
+            best, best_c = sse, c
+    return best_c
+
+
+def _plateau(y: list[float], noise: float) -> int:
+    """The first dump at which a bounded site reached its final level."""
+    level = median(y[-max(1, len(y) // 5):])
+    for i, v in enumerate(y):
+        if v >= level - noise:
+            return i + 1
+    return len(y)
+
+
+def _swings(y: list[float], period: int, object_size: float) -> bool:
+    lo, hi = min(y), max(y)
+    return (hi - lo) > 2 * RISE_SIGMAS * noise_scale(hi, period, object_size) \
+        and (hi - lo) > 0.25 * hi

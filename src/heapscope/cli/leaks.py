@@ -1,0 +1,79 @@
+"""``heapscope leaks PATH…``: verdicts per allocation site over a series of dumps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from heapscope.analysis.leaks import find_leaks
+from heapscope.analysis.series import group_by_pid, load_series
+from heapscope.analysis.suppress import read_file
+from heapscope.capture.conf import parse_size
+from heapscope.capture.session import read_manifest
+from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.prepare import expand_inputs, is_session
+from heapscope.progress import DelayedProgress
+from heapscope.render.leaks import render_leaks
+
+LEAK_EXIT = 10
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``leaks`` subcommand."""
+    p = sub.add_parser(
+        "leaks", help="tell leaks from caches over a series of dumps, per process",
+        description="Classify every allocation site of every process as leak, bounded, churn "
+                    "or steady from a series of dumps (a session, a folder of dumps, or "
+                    "dump files); a single dump at exit lists what is still live.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="session, folder or dump files")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--suppressions", action="append", default=[], metavar="FILE",
+                   help="LeakSanitizer-style file of leak:PATTERN lines (repeatable)")
+    p.add_argument("--fail-on-leak", nargs="?", const="0", default=None, metavar="BYTES",
+                   help=f"exit {LEAK_EXIT} when leaks hold more than BYTES (default 0)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="suspects to print")
+    add_symbol_options(p)
+    p.set_defaults(func=run)
+
+
+def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | None]:
+    info: dict[int, dict[str, Any]] = {}
+    root = None
+    for path in paths:
+        if os.path.isdir(path) and is_session(path):
+            m = read_manifest(path)
+            root = m.get("pid", root)
+            for proc in m.get("processes", []):
+                if isinstance(proc, dict) and isinstance(proc.get("pid"), int):
+                    info[proc["pid"]] = proc
+    return info, root
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope leaks``."""
+    rules = [r for f in args.suppressions for r in read_file(f)]
+    dumps = expand_inputs(args.paths)
+    info, root = _session_info(args.paths)
+    opts = symbol_options(args)
+    with DelayedProgress() as bar:
+        series = [load_series(pid, paths, opts, bar.update)
+                  for pid, paths in group_by_pid(dumps).items()]
+    for s in series:
+        print_diagnostics(tuple(s.diagnostics), args.verbose)
+    report = find_leaks(series, info=info, root=root, suppressions=rules)
+    if args.format == "json":
+        json.dump(report.as_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_leaks(sys.stdout, report, top=args.top)
+    if args.fail_on_leak is not None:
+        threshold = parse_size(args.fail_on_leak, "--fail-on-leak") \
+            if args.fail_on_leak != "0" else 0
+        if report.leak_bytes > threshold:
+            print(f"heapscope: leaks hold {int(report.leak_bytes)} bytes (> {threshold}): "
+                  f"exit {LEAK_EXIT}", file=sys.stderr)
+            return LEAK_EXIT
+    return 0

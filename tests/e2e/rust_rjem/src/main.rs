@@ -1,0 +1,121 @@
+// rjem_leaky: deterministic leaking Rust program for heapscope's e2e tests.
+//
+// The global allocator is jemalloc linked statically through jemalloc-sys with the
+// tikv-jemallocator `_rjem_` prefix (like tikv-jemallocator's `Jemalloc`): symbols are
+// _rjem_mallocx / _rjem_sdallocx / _rjem_rallocx / _rjem_calloc, and jemalloc reads its
+// options from _RJEM_MALLOC_CONF (MALLOC_CONF is ignored). No LD_PRELOAD is involved.
+// No arguments, no output, exit 0.
+//
+// Allocation path of the leak: rjem_leaky::app::store::Store::insert -> alloc::... ->
+// __rust_alloc -> <rjem_leaky::Jemalloc as GlobalAlloc>::alloc -> _rjem_mallocx ->
+// _rjem_je_* internals. A good report prunes everything up to and including the Rust
+// allocator shims and names rjem_leaky::app::store::Store::insert.
+//
+// Truth, live at exit (jemalloc usable sizes):
+//
+//   function                              what                         objects  usable       bytes
+//   rjem_leaky::app::store::Store::insert Box::leak(Box<[u8; 1024]>)    20,000    1024  20,480,000
+//
+// Freed churn (not live): 50,000 x Vec<u8> of 4096 B, plus a Vec grown by realloc.
+
+use core::alloc::{GlobalAlloc, Layout};
+use jemalloc_sys as ffi;
+use std::os::raw::{c_int, c_void};
+
+/// The alignment every jemalloc allocation has without flags (x86-64: 16).
+const MIN_ALIGN: usize = 16;
+
+/// jemallocator's flag logic: ask for alignment only when the default is not enough.
+fn layout_to_flags(align: usize, size: usize) -> c_int {
+    if align <= MIN_ALIGN && align <= size {
+        0
+    } else {
+        ffi::MALLOCX_ALIGN(align)
+    }
+}
+
+pub struct Jemalloc;
+
+unsafe impl GlobalAlloc for Jemalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let flags = layout_to_flags(layout.align(), layout.size());
+        ffi::mallocx(layout.size(), flags) as *mut u8
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let flags = layout_to_flags(layout.align(), layout.size());
+        if flags == 0 {
+            ffi::calloc(1, layout.size()) as *mut u8
+        } else {
+            ffi::mallocx(layout.size(), flags | ffi::MALLOCX_ZERO) as *mut u8
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let flags = layout_to_flags(layout.align(), layout.size());
+        ffi::sdallocx(ptr as *mut c_void, layout.size(), flags)
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let flags = layout_to_flags(layout.align(), new_size);
+        ffi::rallocx(ptr as *mut c_void, new_size, flags) as *mut u8
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Jemalloc = Jemalloc;
+
+mod app {
+    pub mod store {
+        pub struct Store {
+            pub entries: Vec<&'static [u8; 1024]>,
+        }
+
+        impl Store {
+            pub fn new() -> Store {
+                Store { entries: Vec::new() }
+            }
+
+            /// The leak: every entry is a leaked 1 KiB box; the marker is on the Box::new line.
+            #[inline(never)]
+            pub fn insert(&mut self, seed: u8) {
+                let block: &'static mut [u8; 1024] = Box::leak(Box::new([seed; 1024])); // LEAK:insert
+                block[1023] = seed.wrapping_add(1);
+                self.entries.push(std::hint::black_box(block));
+            }
+        }
+    }
+
+    pub mod churn {
+        /// Allocates and frees: nothing of this is live at exit.
+        #[inline(never)]
+        pub fn churn(rounds: usize) -> usize {
+            let mut total = 0usize;
+            for i in 0..rounds {
+                let mut v: Vec<u8> = Vec::with_capacity(4096);
+                v.resize(4096, i as u8);
+                total = total.wrapping_add(std::hint::black_box(&v)[i % 4096] as usize);
+            }
+            let mut grown: Vec<u64> = Vec::new();
+            for i in 0..100_000u64 {
+                grown.push(i); // realloc (rallocx) as it grows
+            }
+            total.wrapping_add(std::hint::black_box(&grown).len())
+        }
+    }
+}
+
+fn main() {
+    let mut store = app::store::Store::new();
+    for i in 0..20_000u32 {
+        store.insert(i as u8);
+    }
+    let n = app::churn::churn(50_000);
+    std::hint::black_box(n);
+    // The Vec of pointers is freed; the 20,000 boxes it pointed to are not.
+    drop(std::hint::black_box(store));
+}
