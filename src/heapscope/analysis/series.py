@@ -33,6 +33,7 @@ class ProcessSeries:
     paths: list[str]
     profiles: list[Profile]
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    raw: list[Profile] = field(default_factory=list)  # symbolized, as sampled (keep_raw)
 
     @property
     def times(self) -> list[float] | None:
@@ -41,7 +42,8 @@ class ProcessSeries:
         if any(t is None for t in ts):
             return None
         vals = [float(t) for t in ts if t is not None]
-        if any(b <= a for a, b in itertools.pairwise(vals)):
+        # mtimes tick every few milliseconds, so quick dumps may share one: allow equal times.
+        if any(b < a for a, b in itertools.pairwise(vals)) or vals[-1] <= vals[0]:
             return None
         return [t - vals[0] for t in vals]
 
@@ -76,8 +78,12 @@ def _union_profile(raws: list[Profile]) -> Profile:
 
 
 def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
-                progress: ProgressFn | None = None) -> ProcessSeries:
-    """Load, unsample, symbolize (once) and prune every dump of one process."""
+                progress: ProgressFn | None = None, *, keep_raw: bool = False) -> ProcessSeries:
+    """Load, unsample, symbolize (once) and prune every dump of one process.
+
+    ``keep_raw`` also returns each dump symbolized but otherwise as read (for writing
+    self-contained copies), each with the locations of its own addresses only.
+    """
     cache = ParseCache()
     raws: list[Profile] = []
     kept: list[str] = []
@@ -103,12 +109,16 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         locations = MappingProxyType(dict(sym.profile.locations))
     memo: dict[tuple[int, ...], tuple[int, ...]] = {}
     profiles = []
+    kept_raw = []
     for r in raws:
-        u = unsample(r)
         if locations is not None:
-            u = u.with_(locations=locations)
-        profiles.append(prune(u, memo if locations is not None else None))
-    return ProcessSeries(pid, kept, profiles, diagnostics)
+            r = r.with_(locations=locations)
+        if keep_raw:
+            own = r.addresses()
+            kept_raw.append(r.with_(locations=MappingProxyType(
+                {a: loc for a, loc in r.locations.items() if a in own})))
+        profiles.append(prune(unsample(r), memo if locations is not None else None))
+    return ProcessSeries(pid, kept, profiles, diagnostics, kept_raw)
 
 
 def pid_of(path: str) -> int | None:

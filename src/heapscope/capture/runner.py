@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from heapscope.analysis.prune import prune
-from heapscope.analysis.suspects import LEAK, Suspect, rank, suspects
-from heapscope.analysis.unsample import unsample
+from heapscope.analysis.leaks import LeakReport, ProcessFinding, find_leaks
+from heapscope.analysis.processes import QUIET_ROLES, role
+from heapscope.analysis.series import ProcessSeries, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.conf import build_conf, env_var
 from heapscope.capture.jemalloc import JemallocLib, find_jemalloc, inspect_target
@@ -19,23 +19,12 @@ from heapscope.capture.launch import CommandNotFound, RunResult
 from heapscope.capture.launch import run as launch
 from heapscope.errors import HeapscopeError
 from heapscope.formats import symbolized
-from heapscope.formats.load import load, parse_dump_name
-from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Profile
-from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
+from heapscope.formats.load import parse_dump_name
+from heapscope.model import Profile
+from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.elf import ElfError, ElfInfo
 
 JAVA_FLAGS = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit"
-# Programs that start other programs: as the launched process they are a "wrapper".
-WRAPPERS = frozenset("sh bash dash zsh ksh mksh busybox env runuser su sudo setpriv timeout "
-                     "nice ionice stdbuf taskset chrt nohup time xargs make".split())
-# Shells and small tools that scripts and version-manager shims (pyenv, rbenv, nvm) run by the
-# dozen: they rarely free memory before exiting, and must not drown the program's report.
-HELPERS = WRAPPERS | frozenset(
-    "readlink realpath basename dirname cat sed grep egrep awk gawk mawk cut tr head tail sort "
-    "uniq wc tee find ls cp mv rm mkdir rmdir ln chmod chown touch date uname id whoami "
-    "hostname expr test [ true false sleep which printf echo seq mktemp stat getconf "
-    "ldconfig locale tput".split())
-QUIET_ROLES = ("wrapper", "helper")
 
 
 @dataclass(frozen=True)
@@ -54,64 +43,36 @@ class RunOptions:
 
 
 @dataclass
-class ProcessReport:
-    """One process of the run and what it still held at exit."""
-
-    pid: int
-    ppid: int | None
-    exe: str
-    cmdline: list[str]
-    role: str
-    dumps: list[str]
-    live_bytes: float = 0.0
-    live_objects: float = 0.0
-    leak_bytes: float = 0.0
-
-    @property
-    def leaks(self) -> bool:
-        """True when the process holds memory that no runtime start-up explains."""
-        return self.leak_bytes > 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (report.json ``processes`` entries)."""
-        return {"pid": self.pid, "ppid": self.ppid, "exe": self.exe, "cmdline": self.cmdline,
-                "role": self.role, "dumps": self.dumps, "live_bytes": self.live_bytes,
-                "live_objects": self.live_objects, "leak_bytes": self.leak_bytes,
-                "leaks": self.leaks}
-
-
-@dataclass
 class SessionResult:
-    """Everything the run produced."""
+    """Everything the run produced: the session, how the program ended, the leak report."""
 
     path: str
     command: list[str]
     result: RunResult
-    processes: list[ProcessReport]
-    suspects: list[Suspect]
+    leaks: LeakReport
     diagnostics: list[Diagnostic]
     notes: list[str]
     leak_summaries: list[str]
 
     @property
     def leak_bytes(self) -> float:
-        """Bytes held at exit by sites judged leaks, over all processes."""
-        return sum(s.bytes for s in self.suspects if s.verdict == LEAK)
+        """What unsuppressed leaks hold over all processes."""
+        return self.leaks.leak_bytes
 
     def report(self) -> dict[str, Any]:
         """The report.json document."""
         r = self.result
-        return {
+        doc: dict[str, Any] = {
             "format": "heapscope-report",
             "version": 1,
             "command": self.command,
             "exit_status": r.exit_status,
             "signal": r.signal,
             "duration": round(r.end - r.start, 3),
-            "processes": [p.as_dict() for p in self.processes],
-            "suspects": [s.as_dict() for s in self.suspects],
-            "notes": self.notes,
         }
+        doc.update(self.leaks.as_dict())
+        doc["notes"] = self.notes + self.leaks.notes
+        return doc
 
 
 def _version_at_least(version: str, major: int, minor: int) -> bool:
@@ -218,75 +179,47 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     notes = _notes(result, lib, by_pid)
     sess.collect_perf_maps(path, sorted(by_pid))
     procs = result.watcher.procs
-    reports: list[ProcessReport] = []
-    all_suspects: list[Suspect] = []
     diagnostics: list[Diagnostic] = []
-    raw_profiles: list[Profile] = []
+    all_series: list[ProcessSeries] = []
+    symbols = opts.symbol_options if opts.symbolize else SymbolOptions(cache_dir=None)
     for k, (pid, dumps) in enumerate(sorted(by_pid.items())):
         if progress is not None:
             progress(f"symbolizing dumps of pid {pid}", k, len(by_pid))
-        last: Profile | None = None
-        for dump in dumps:
-            try:
-                raw = load(dump)
-            except HeapscopeError as e:
-                notes.append(str(e))
-                continue
-            if opts.symbolize:
-                sym = symbolize(raw, opts.symbol_options)
-                diagnostics.extend(sym.diagnostics)
-                raw = sym.profile
-                symbolized.write(raw, os.path.join(path, "symbolized",
-                                                   os.path.basename(dump) + symbolized.SUFFIX))
-            last = raw
-        if last is None:
+        try:
+            series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize)
+        except HeapscopeError as e:
+            notes.append(str(e))
             continue
-        raw_profiles.append(last)
-        profile = prune(unsample(last))
-        info = procs.get(pid)
-        exe = info.exe if info and info.exe else next(
-            (m.path for m in last.mappings if not m.anonymous), "")
-        rep = ProcessReport(pid, info.ppid if info else None, exe,
-                            info.cmdline if info else [], "", [os.path.relpath(d, path)
-                                                                for d in dumps])
-        rep.live_bytes = profile.total(INUSE_SPACE)
-        rep.live_objects = profile.total(INUSE_OBJECTS)
-        found = suspects(profile)
-        rep.leak_bytes = sum(s.bytes for s in found if s.verdict == LEAK)
-        all_suspects.extend(found)
-        reports.append(rep)
-    seen = {r.pid for r in reports}
-    for info in procs.values():
-        if info.pid not in seen:  # ran, but wrote no dump (exec'd, or left with _exit)
-            reports.append(ProcessReport(info.pid, info.ppid, info.exe, info.cmdline, "", []))
-    _assign_roles(reports, result.pid)
-    quiet = {r.pid for r in reports if r.role in QUIET_ROLES}
-    all_suspects.sort(key=lambda x: (x.pid in quiet, *rank(x)))
+        diagnostics.extend(series.diagnostics)
+        for dump, raw in zip(series.paths, series.raw, strict=False):
+            symbolized.write(raw, os.path.join(path, "symbolized",
+                                               os.path.basename(dump) + symbolized.SUFFIX))
+        series.raw = []
+        all_series.append(series)
+    info = {pid: {"ppid": p.ppid, "exe": p.exe, "cmdline": p.cmdline}
+            for pid, p in procs.items()}
+    report = find_leaks(all_series, info=info, root=result.pid)
+    seen = {p.pid for p in report.processes}
+    for p in procs.values():
+        if p.pid not in seen:  # ran, but wrote no dump (exec'd, or left with _exit)
+            report.processes.append(ProcessFinding(
+                p.pid, p.exe, p.cmdline, p.ppid,
+                role(p.pid, p.exe, result.pid, len(procs)), 0))
+    report.processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.leak_bytes, p.pid or 0))
     manifest.update({
         "pid": result.pid,
         "end_time": result.end,
         "exit_status": result.exit_status,
         "signal": result.signal,
         "processes": [p.as_dict() for p in sorted(procs.values(), key=lambda p: p.pid)],
-        "modules": _module_build_ids(raw_profiles),
+        "modules": _module_build_ids([s.profiles[-1] for s in all_series]),
         "process_events": result.process_events,
         "leak_summaries": summaries,
     })
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
-    order = sorted(reports, key=lambda r: (r.role in QUIET_ROLES, -r.leak_bytes, r.pid))
-    out = SessionResult(path, cmd, result, order,
-                        all_suspects, diagnostics, notes, summaries)
+    out = SessionResult(path, cmd, result, report, diagnostics, notes, summaries)
     sess.write_json(os.path.join(path, "report.json"), out.report())
     return out
-
-
-def _assign_roles(reports: list[ProcessReport], root: int) -> None:
-    for r in reports:
-        name = os.path.basename(r.exe)
-        if r.pid == root:
-            r.role = "wrapper" if name in WRAPPERS and len(reports) > 1 else "main"
-        else:
-            r.role = "helper" if name in HELPERS else "child"
 
 
 def _notes(result: RunResult, lib: JemallocLib, by_pid: dict[int, list[str]]) -> list[str]:
