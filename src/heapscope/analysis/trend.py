@@ -3,10 +3,11 @@
 The estimates are sampled: with a mean sampling period of R bytes, a site holding b bytes of
 small objects is seen through about b/R samples of weight about R each, so its estimate jitters
 by roughly sqrt(R·b) bytes from dump to dump (Poisson). Decisions therefore use rank statistics
-that ignore the size of the jitter (the Mann–Kendall trend test, the Theil–Sen slope) together
-with that noise scale: a rise counts only when it is several noise widths tall.
+that ignore the size of the jitter (complete separation of start and end, the Theil–Sen slope;
+the Mann–Kendall z is reported as evidence) together with that noise scale: a rise counts only
+when it is several noise widths tall.
 
-- leak: a significant upward trend over the whole series that still goes on over its last part;
+- leak: the end lies wholly above the start, and growth still goes on at its earlier pace;
 - bounded: a significant rise that has stopped (a cache that warmed up, a pool that filled);
 - churn: no trend, but swings well above the noise;
 - steady: none of these.
@@ -14,6 +15,7 @@ with that noise scale: a rise counts only when it is several noise widths tall.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from statistics import median
@@ -110,20 +112,22 @@ def classify(y: list[float], times: list[float] | None, period: int,
     n = len(y)
     x = [float(i) for i in range(n)]
     k = max(1, n // 5)
-    start, end = median(y[:k]), median(y[-k:])
+    start, end = median(y[: min(3, n)]), median(y[-k:])
     rise = end - start
     noise = noise_scale(max(start, end), period, object_size)
     z, tau = mann_kendall(y)
     half = n // 2
     z_recent, _tau_recent = mann_kendall(y[half:]) if n - half >= 4 else (0.0, 0.0)
-    middle = median(y[max(0, half - k // 2):half + k // 2 + 1])
-    recent_rise = end - middle if n >= 4 else rise
-    near_top = end >= max(y) - RISE_SIGMAS * noise
-    grew = rise > RISE_SIGMAS * noise and z > Z_TREND
-    still = z_recent > Z_RECENT and recent_rise > RISE_SIGMAS * noise and near_top
+    # Grew: the end sits wholly above the start (every one of the last points above every one
+    # of the first), by several noise widths. A rank trend test would be fooled both ways: a
+    # long, slightly sagging plateau cancels a cache's warm-up, and churn that happens to end
+    # on a high phase looks like a trend.
+    grew = rise > RISE_SIGMAS * noise and min(y[-k:]) > max(y[: min(3, n)])
     if n == 2:
         verdict = LEAK if rise > RISE_SIGMAS * noise else STEADY
-    elif grew and still:
+    elif _churns(y, period, object_size):
+        verdict = CHURN
+    elif grew and _still_growing(y, period, object_size, noise) and not _levelled_off(y):
         verdict = LEAK
     elif grew:
         verdict = BOUNDED
@@ -144,22 +148,88 @@ def classify(y: list[float], times: list[float] | None, period: int,
     return Trend(verdict, z, tau, z_recent, slope, slope_s, first, fit, rise, noise)
 
 
-def hinge(y: list[float]) -> int:
-    """Where growth began: the break of the best flat-then-straight least-squares fit."""
+def _still_growing(y: list[float], period: int, object_size: float, noise: float) -> bool:
+    """True when growth goes on over the later half of the growing stretch.
+
+    The later half's Theil–Sen slope must keep a quarter of the earlier half's pace (a cache
+    that filled up flattens out to nothing, while a sampled leak's pace wobbles by about half
+    as samples arrive in Poisson clumps), and the growth it predicts over that stretch must
+    stand out from the sampling noise of an increment (two widths of sqrt(R·Δ): new samples
+    arrive as Poisson counts) and from the jitter of the level itself. Then the later stretch must
+    climb rather than wander: its net change is at least half of all its ups and downs (a
+    leak's estimate hardly ever falls, since its sampled objects are never freed, while a full
+    cache's estimate falls as often as it rises).
+    """
+    g = hinge(y)
+    grow = y[g:]
+    m = len(grow)
+    if m < 4:
+        return False
+    mid = m // 2
+    xs = [float(i) for i in range(m)]
+    early = theil_sen(xs[: mid + 1], grow[: mid + 1])
+    late = theil_sen(xs[mid:], grow[mid:])
+    delta = late * (m - mid - 1)
+    counting = math.sqrt(float(max(period, 1)) * max(delta, 0.0)) + max(object_size, 1.0)
+    tail = grow[mid:]
+    travel = sum(abs(b - a) for a, b in itertools.pairwise(tail))
+    net = tail[-1] - tail[0]
+    steady_climb = travel > 0 and net >= 0.5 * travel
+    at_top = max(y[-max(1, len(y) // 5):]) >= max(y) - noise
+    # With few samples a leak's pace looks uneven, but it never falls: since growth began,
+    # no drop at all, and new samples (rises) still arriving in the later half.
+    never_falls = all(b >= a for a, b in itertools.pairwise(grow))
+    if never_falls and sum(1 for a, b in itertools.pairwise(tail) if b > a) >= 3 and at_top:
+        return True
+    return (late > 0 and late >= 0.25 * early and delta > 2 * counting and steady_climb
+            and delta > noise and at_top)
+
+
+def _line_sse(xs: list[float], y: list[float]) -> float:
+    n = len(y)
+    mx, my = sum(xs) / n, sum(y) / n
+    sxx = sum((a - mx) ** 2 for a in xs)
+    if sxx == 0:
+        return sum((v - my) ** 2 for v in y)
+    b = sum((a - mx) * (v - my) for a, v in zip(xs, y, strict=True)) / sxx
+    a0 = my - b * mx
+    return sum((v - a0 - b * a) ** 2 for a, v in zip(xs, y, strict=True))
+
+
+def _best_break(y: list[float], shape: str, last: int) -> tuple[int, float]:
+    """Best breakpoint and its squared error for ``flat-then-rise`` or ``rise-then-flat``."""
     n = len(y)
     best, best_c = float("inf"), 0
-    for c in range(0, n - 2):
-        xs = [float(max(0, i - c)) for i in range(n)]
-        mx, my = sum(xs) / n, sum(y) / n
-        sxx = sum((a - mx) ** 2 for a in xs)
-        if sxx == 0:
-            continue
-        b = sum((a - mx) * (v - my) for a, v in zip(xs, y, strict=True)) / sxx
-        a0 = my - b * mx
-        sse = sum((v - a0 - b * a) ** 2 for a, v in zip(xs, y, strict=True))
+    for c in range(0, last):
+        if shape == "flat-then-rise":
+            xs = [float(max(0, i - c)) for i in range(n)]
+        else:
+            xs = [float(min(i, c)) for i in range(n)]
+        sse = _line_sse(xs, y)
         if sse < best - 1e-9:
             best, best_c = sse, c
-    return best_c
+    return best_c, best
+
+
+def hinge(y: list[float]) -> int:
+    """Where growth began: the break of the best flat-then-straight least-squares fit."""
+    return _best_break(y, "flat-then-rise", max(1, len(y) - 2))[0]
+
+
+def _levelled_off(y: list[float]) -> bool:
+    """True when "a ramp, then flat" explains the series far better than "flat, then a
+    straight climb to the end", and the flat part really is a full cache: its estimate falls
+    as well as rises (objects leave it). A sampled leak can sit still for a few dumps while no
+    new sample arrives, but it does not fall: its sampled objects are never freed."""
+    n = len(y)
+    k = max(3, n // 5)
+    if n < 2 * k:
+        return False
+    _c, leak_sse = _best_break(y, "flat-then-rise", n - 2)
+    c, bounded_sse = _best_break(y, "rise-then-flat", n - k)
+    moves = [b - a for a, b in itertools.pairwise(y[c:]) if b != a]
+    falls = sum(1 for d in moves if d < 0)
+    return bounded_sse < 0.5 * leak_sse and bool(moves) and falls >= 0.25 * len(moves)
 
 
 def _plateau(y: list[float], noise: float) -> int:
@@ -169,6 +239,25 @@ def _plateau(y: list[float], noise: float) -> int:
         if v >= level - noise:
             return i + 1
     return len(y)
+
+
+def _churns(y: list[float], period: int, object_size: float) -> bool:
+    """Large falls from a running peak while the floor stays put: memory taken and given back.
+
+    A leak that also frees in bursts (a sawtooth on a rising floor) is not churn: its floor,
+    the lowest level still to come, rises.
+    """
+    n = len(y)
+    peak, fall = y[0], 0.0
+    for v in y:
+        peak = max(peak, v)
+        fall = max(fall, peak - v)
+    top = max(y)
+    if fall <= max(2 * RISE_SIGMAS * noise_scale(top, period, object_size), 0.25 * top):
+        return False
+    floor = [min(y[i:]) for i in range(n)]
+    k = max(1, n // 5)
+    return floor[-k] - floor[0] <= RISE_SIGMAS * noise_scale(floor[0], period, object_size)
 
 
 def _swings(y: list[float], period: int, object_size: float) -> bool:
