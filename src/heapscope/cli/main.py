@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import env, leaks, run, shell, top
+from heapscope.cli import diff, env, leaks, run, shell, top
 from heapscope.errors import HeapscopeError
 
 
@@ -25,6 +25,7 @@ def parser() -> argparse.ArgumentParser:
     run.register(sub)
     top.register(sub)
     leaks.register(sub)
+    diff.register(sub)
     shell.register(sub)
     env.register(sub)
     return p
