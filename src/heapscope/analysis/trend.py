@@ -185,28 +185,40 @@ def _still_growing(y: list[float], period: int, object_size: float, noise: float
             and delta > noise and at_top)
 
 
-def _line_sse(xs: list[float], y: list[float]) -> float:
-    n = len(y)
-    mx, my = sum(xs) / n, sum(y) / n
-    sxx = sum((a - mx) ** 2 for a in xs)
-    if sxx == 0:
-        return sum((v - my) ** 2 for v in y)
-    b = sum((a - mx) * (v - my) for a, v in zip(xs, y, strict=True)) / sxx
-    a0 = my - b * mx
-    return sum((v - a0 - b * a) ** 2 for a, v in zip(xs, y, strict=True))
-
-
 def _best_break(y: list[float], shape: str, last: int) -> tuple[int, float]:
-    """Best breakpoint and its squared error for ``flat-then-rise`` or ``rise-then-flat``."""
+    """Best breakpoint and its squared error for ``flat-then-rise`` or ``rise-then-flat``.
+
+    Each candidate is a least-squares line on a bent time axis (max(0, i-c) or min(i, c));
+    prefix sums make every candidate O(1), so long series stay cheap.
+    """
     n = len(y)
+    sy = sum(y)
+    syy = sum(v * v for v in y)
+    base_yy = syy - sy * sy / n
+    # prefix[i] = sums over indexes < i
+    py = [0.0] * (n + 1)
+    piy = [0.0] * (n + 1)
+    for i, v in enumerate(y):
+        py[i + 1] = py[i] + v
+        piy[i + 1] = piy[i] + i * v
     best, best_c = float("inf"), 0
     for c in range(0, last):
         if shape == "flat-then-rise":
-            xs = [float(max(0, i - c)) for i in range(n)]
+            m = n - 1 - c  # x = 1..m for i = c+1..n-1
+            sx = m * (m + 1) / 2.0
+            sxx = m * (m + 1) * (2 * m + 1) / 6.0
+            sxy = (piy[n] - piy[c + 1]) - c * (py[n] - py[c + 1])
         else:
-            xs = [float(min(i, c)) for i in range(n)]
-        sse = _line_sse(xs, y)
-        if sse < best - 1e-9:
+            tail = n - 1 - c  # x = i for i <= c, then c
+            sx = c * (c + 1) / 2.0 + c * tail
+            sxx = c * (c + 1) * (2 * c + 1) / 6.0 + c * c * tail
+            sxy = piy[c + 1] + c * (py[n] - py[c + 1])
+        vxx = sxx - sx * sx / n
+        if vxx <= 0:
+            continue
+        vxy = sxy - sx * sy / n
+        sse = base_yy - vxy * vxy / vxx
+        if best == float("inf") or sse < best - 1e-9 * (abs(best) + 1.0):
             best, best_c = sse, c
     return best_c, best
 
