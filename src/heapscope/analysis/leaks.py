@@ -16,9 +16,9 @@ from typing import Any
 
 from heapscope.analysis import trend
 from heapscope.analysis.processes import QUIET_ROLES, role
-from heapscope.analysis.series import ProcessSeries
+from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.suppress import Suppression
-from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Profile
+from heapscope.model import INUSE_SPACE, Profile
 
 EXPECTED = "expected"
 SUPPRESSED = "suppressed"
@@ -27,9 +27,6 @@ LEAK = trend.LEAK
 _ORDER = {trend.LEAK: 0, trend.BOUNDED: 1, trend.CHURN: 2, trend.STEADY: 3, EXPECTED: 4,
           INHERITED: 5, SUPPRESSED: 6}
 _LOADER_PREFIX = "ld-linux"
-
-SiteKey = tuple[str, ...]
-
 
 @dataclass
 class Finding:
@@ -132,54 +129,6 @@ class LeakReport:
                 "notes": self.notes}
 
 
-def frame_texts(loc: Location) -> list[str]:
-    """A location as ``function file:line`` strings, innermost (inlined) first."""
-    if not loc.frames:
-        return [loc.fallback_name]
-    return [f"{f.function} {f.file}:{f.line}" if f.file else f.function for f in loc.frames]
-
-
-class _Sites:
-    """Site keys for the pruned stacks of one process (memoized: stacks recur)."""
-
-    def __init__(self, profile: Profile) -> None:
-        self.profile = profile
-        self.loc_text: dict[int, list[str]] = {}
-        self.keys: dict[tuple[int, ...], SiteKey] = {}
-
-    def key(self, stack: tuple[int, ...]) -> SiteKey:
-        k = self.keys.get(stack)
-        if k is None:
-            texts: list[str] = []
-            for a in stack:
-                t = self.loc_text.get(a)
-                if t is None:
-                    t = self.loc_text[a] = frame_texts(self.profile.location(a))
-                texts.extend(t)
-            k = self.keys[stack] = tuple(texts)
-        return k
-
-
-def _tally(profile: Profile, sites: _Sites) -> tuple[dict[SiteKey, list[float]], dict[
-        SiteKey, tuple[int, ...]]]:
-    """Per site: [bytes, objects], and one representative stack."""
-    out: dict[SiteKey, list[float]] = {}
-    rep: dict[SiteKey, tuple[int, ...]] = {}
-    for s in profile.samples:
-        b = s.values[INUSE_SPACE]
-        if b <= 0 or not s.stack:
-            continue
-        k = sites.key(s.stack)
-        acc = out.get(k)
-        if acc is None:
-            out[k] = [b, s.values[INUSE_OBJECTS]]
-            rep[k] = s.stack
-        else:
-            acc[0] += b
-            acc[1] += s.values[INUSE_OBJECTS]
-    return out, rep
-
-
 def _site_fields(profile: Profile, stack: tuple[int, ...]) -> tuple[str, str, int, str]:
     loc = profile.location(stack[0])
     if loc.frames:
@@ -210,47 +159,42 @@ def _expected(profile: Profile, stack: tuple[int, ...], builtin: list[Suppressio
 
 def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
                     inherited: dict[SiteKey, float] | None = None,
-                    max_sites: int = 400) -> tuple[list[Finding], dict[SiteKey, float]]:
+                    max_sites: int = 1000) -> tuple[list[Finding], dict[SiteKey, float]]:
     """Findings for one process, and its last dump's bytes per site (for its children)."""
-    profiles = series.profiles
-    last = profiles[-1]
-    sites = _Sites(last)
-    tallies = []
-    reps: dict[SiteKey, tuple[int, ...]] = {}
-    owner: dict[SiteKey, Profile] = {}
-    for p in profiles:
-        sites.profile = p
-        t, r = _tally(p, sites)
-        tallies.append(t)
-        for k, st in r.items():
-            reps[k] = st
-            owner[k] = p
+    last = series.last
+    tallies = series.tallies
+    if last is None or not tallies:
+        return [], {}
     final = tallies[-1]
     final_bytes = {k: v[0] for k, v in final.items()}
-    keys = set().union(*tallies)
-    # Only sites that ever held a noticeable share are classified: the rest cannot matter
+    peak: dict[SiteKey, float] = {}
+    for t in tallies:
+        for k, v in t.items():
+            if v[0] > peak.get(k, 0.0):
+                peak[k] = v[0]
+    # Only sites that ever held a noticeable share are classified: the rest cannot matter,
     # and the trend test is quadratic in the number of dumps.
-    peak = {k: max(t.get(k, (0.0, 0.0))[0] for t in tallies) for k in keys}
     total_peak = max((sum(v[0] for v in t.values()) for t in tallies), default=0.0)
-    floor = 0.001 * total_peak
-    ranked = sorted((k for k in keys if peak[k] >= floor), key=lambda k: -peak[k])[:max_sites]
+    floor = 0.0002 * total_peak
+    ranked = sorted((k for k in peak if peak[k] >= floor), key=lambda k: (-peak[k], k))
+    ranked = ranked[:max_sites]
     period = last.period if last.sampling == "v2" else 1
     times = series.times
+    zero = [0.0, 0.0]
     out: list[Finding] = []
     for k in ranked:
-        p = owner[k]
-        stack = reps[k]
-        function, file, line, module = _site_fields(p, stack)
-        b, objs = final.get(k, [0.0, 0.0])
+        stack = series.site_stacks[k]
+        function, file, line, module = _site_fields(last, stack)
+        b, objs = final.get(k, zero)
         f = Finding(series.pid, function, file, line, module, k[:24], b, objs, trend.STEADY)
-        if len(profiles) >= 2:
-            ys = [t.get(k, [0.0, 0.0])[0] for t in tallies]
-            counts = [t.get(k, [0.0, 0.0])[1] for t in tallies]
+        if len(tallies) >= 2:
+            ys = [t.get(k, zero)[0] for t in tallies]
+            counts = [t.get(k, zero)[1] for t in tallies]
             size = max((y / c for y, c in zip(ys, counts, strict=True) if c > 0), default=1.0)
             f.series = ys
             f.trend = trend.classify(ys, times, period, size)
             f.verdict = f.trend.verdict
-        elif _expected(p, stack, builtin):
+        elif _expected(last, stack, builtin):
             f.verdict = EXPECTED
         else:
             f.verdict = LEAK
@@ -284,7 +228,7 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
     rules = suppressions or []
     base_rules = builtin if builtin is not None else builtin_rules()
     info = info or {}
-    by_pid = {s.pid: s for s in all_series if s.profiles}
+    by_pid = {s.pid: s for s in all_series if s.last is not None}
     # Parents first, so a child's inherited memory is known when the child is analysed.
     order = sorted(by_pid, key=lambda pid: _depth(pid, info))
     finals: dict[int | None, dict[SiteKey, float]] = {}
@@ -295,13 +239,15 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
         s = by_pid[pid]
         meta = info.get(pid, {}) if pid is not None else {}
         ppid = meta.get("ppid")
-        exe = meta.get("exe") or _exe_of(s.profiles[-1])
+        last = s.last
+        assert last is not None
+        exe = meta.get("exe") or _exe_of(last)
         found, finals[pid] = analyse_process(s, builtin=base_rules,
                                              inherited=finals.get(ppid))
         apply_suppressions(found, rules)
         proc = ProcessFinding(pid, exe, list(meta.get("cmdline") or []), ppid,
-                              role(pid or -1, exe, root, n), len(s.profiles),
-                              s.profiles[-1].total(INUSE_SPACE))
+                              role(pid or -1, exe, root, n), s.count,
+                              last.total(INUSE_SPACE))
         proc.leak_bytes = sum(f.growth for f in found if f.verdict == LEAK)
         processes.append(proc)
         findings.extend(found)
@@ -309,7 +255,7 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
     findings.sort(key=lambda f: (f.pid in quiet, *f.rank()))
     processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.leak_bytes, p.pid or 0))
     notes = []
-    if any(len(s.profiles) == 2 for s in by_pid.values()):
+    if any(s.count == 2 for s in by_pid.values()):
         notes.append("two dumps of a process show growth but cannot tell a leak from a cache "
                      "that is still warming up; take more dumps (heapscope run --interval)")
     return LeakReport(processes, findings, notes)

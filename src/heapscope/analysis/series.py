@@ -15,37 +15,60 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from heapscope.analysis.prune import prune
-from heapscope.analysis.unsample import unsample
+from heapscope.analysis.unsample import scale_values, unsample
 from heapscope.errors import HeapscopeError
 from heapscope.formats.jemalloc import ParseCache
 from heapscope.formats.load import load, parse_dump_name
-from heapscope.model import Mapping, Profile, Sample
+from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Mapping, Profile, Sample
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
 ProgressFn = Callable[[str, int, int], None]
 
 
+SiteKey = tuple[str, ...]
+
+
 @dataclass
 class ProcessSeries:
-    """The dumps of one process, oldest first, unsampled, symbolized and pruned."""
+    """The dumps of one process, oldest first, reduced to live bytes and objects per site.
+
+    A site is a pruned stack written as names, so it matches across dumps, processes and
+    restarts. ``last`` is the final dump, unsampled and pruned, whose locations also name
+    every stack in ``site_stacks``.
+    """
 
     pid: int | None
     paths: list[str]
-    profiles: list[Profile]
+    tallies: list[dict[SiteKey, list[float]]]  # per dump: site -> [bytes, objects]
+    site_stacks: dict[SiteKey, tuple[int, ...]]
+    last: Profile | None
+    dump_times: list[float | None] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     raw: list[Profile] = field(default_factory=list)  # symbolized, as sampled (keep_raw)
 
     @property
+    def count(self) -> int:
+        """How many dumps the series holds."""
+        return len(self.tallies)
+
+    @property
     def times(self) -> list[float] | None:
         """Seconds since the first dump, when the dumps' times are known and increasing."""
-        ts = [p.time for p in self.profiles]
-        if any(t is None for t in ts):
+        ts = self.dump_times
+        if not ts or any(t is None for t in ts):
             return None
         vals = [float(t) for t in ts if t is not None]
         # mtimes tick every few milliseconds, so quick dumps may share one: allow equal times.
         if any(b < a for a, b in itertools.pairwise(vals)) or vals[-1] <= vals[0]:
             return None
         return [t - vals[0] for t in vals]
+
+
+def frame_texts(loc: Location) -> list[str]:
+    """A location as ``function file:line`` strings, innermost (inlined) first."""
+    if not loc.frames:
+        return [loc.fallback_name]
+    return [f"{f.function} {f.file}:{f.line}" if f.file else f.function for f in loc.frames]
 
 
 def dump_order(path: str) -> tuple[int, int, int, str]:
@@ -79,10 +102,12 @@ def _union_profile(raws: list[Profile]) -> Profile:
 
 def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                 progress: ProgressFn | None = None, *, keep_raw: bool = False) -> ProcessSeries:
-    """Load, unsample, symbolize (once) and prune every dump of one process.
+    """Load every dump of one process and reduce each to live bytes and objects per site.
 
-    ``keep_raw`` also returns each dump symbolized but otherwise as read (for writing
-    self-contained copies), each with the locations of its own addresses only.
+    Stacks are parsed once (one cache for all dumps), symbolized once (the union of their
+    addresses) and pruned once (each distinct stack); every dump then only adds its unsampled
+    counts into per-site sums. ``keep_raw`` also returns each dump symbolized but otherwise as
+    read (for writing self-contained copies), with the locations of its own addresses only.
     """
     cache = ParseCache()
     raws: list[Profile] = []
@@ -99,26 +124,71 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
             if len(paths) == 1:
                 raise
     if not raws:
-        return ProcessSeries(pid, [], [])
+        return ProcessSeries(pid, [], [], {}, None)
     diagnostics: list[Diagnostic] = []
+    union = _union_profile(raws)
     if all(r.locations for r in raws):
-        locations = None  # heapscope profiles carry their own symbols
+        merged: dict[int, Location] = {}
+        for r in raws:
+            merged.update(r.locations)  # heapscope profiles carry their own symbols
+        locations = MappingProxyType(merged)
     else:
-        sym = symbolize(_union_profile(raws), options, progress)
+        sym = symbolize(union, options, progress)
         diagnostics.extend(sym.diagnostics)
         locations = MappingProxyType(dict(sym.profile.locations))
-    memo: dict[tuple[int, ...], tuple[int, ...]] = {}
-    profiles = []
+    union = union.with_(locations=locations)
+    pruned = prune(union)
+    named = pruned.locations
+    pruned_of: dict[tuple[int, ...], tuple[int, ...]] = {}
+    site_of: dict[tuple[int, ...], SiteKey] = {}
+    site_stacks: dict[SiteKey, tuple[int, ...]] = {}
+    texts: dict[int, list[str]] = {}
+    for raw_s, cut in zip(union.samples, pruned.samples, strict=True):
+        words: list[str] = []
+        for a in cut.stack:
+            t = texts.get(a)
+            if t is None:
+                loc = named.get(a)
+                t = texts[a] = frame_texts(loc if loc is not None else Location(a))
+            words.extend(t)
+        key = tuple(words)
+        pruned_of[raw_s.stack] = cut.stack
+        site_of[raw_s.stack] = key
+        site_stacks.setdefault(key, cut.stack)
+    tallies = [_tally(r, site_of) for r in raws]
+    last_raw = unsample(raws[-1])
+    last = last_raw.with_(
+        samples=tuple(Sample(pruned_of[s.stack], s.values, s.threads) for s in last_raw.samples),
+        locations=named)
     kept_raw = []
-    for r in raws:
-        if locations is not None:
-            r = r.with_(locations=locations)
-        if keep_raw:
+    if keep_raw:
+        for r in raws:
             own = r.addresses()
             kept_raw.append(r.with_(locations=MappingProxyType(
-                {a: loc for a, loc in r.locations.items() if a in own})))
-        profiles.append(prune(unsample(r), memo if locations is not None else None))
-    return ProcessSeries(pid, kept, profiles, diagnostics, kept_raw)
+                {a: loc for a, loc in locations.items() if a in own})))
+    return ProcessSeries(pid, kept, tallies, site_stacks, last, [r.time for r in raws],
+                         diagnostics, kept_raw)
+
+
+def _tally(raw: Profile, site_of: dict[tuple[int, ...], SiteKey]) -> dict[SiteKey, list[float]]:
+    """Unsampled live bytes and objects per site of one raw dump."""
+    mode, period = raw.sampling, raw.period
+    memo: dict[tuple[float, ...], tuple[float, ...]] = {}
+    out: dict[SiteKey, list[float]] = {}
+    for s in raw.samples:
+        if not s.stack or s.values[INUSE_SPACE] <= 0:
+            continue
+        v = memo.get(s.values)
+        if v is None:
+            v = memo[s.values] = scale_values(s.values, mode, period)
+        key = site_of[s.stack]
+        acc = out.get(key)
+        if acc is None:
+            out[key] = [v[INUSE_SPACE], v[INUSE_OBJECTS]]
+        else:
+            acc[0] += v[INUSE_SPACE]
+            acc[1] += v[INUSE_OBJECTS]
+    return out
 
 
 def pid_of(path: str) -> int | None:
