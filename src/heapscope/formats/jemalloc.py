@@ -79,6 +79,62 @@ class ParseCache:
         self.counts: dict[str, tuple[str, tuple[float, ...], str]] = {}
 
 
+def parse_heap_v2_text(path: str, text: str, *, threads: bool = False,
+                       cache: ParseCache | None = None) -> Profile:
+    """Parse a heap_v2 dump's text; ``threads`` keeps per-thread values per stack.
+
+    Big dumps take a bulk path that splits the stacks section into records rather than lines;
+    anything unusual (per-thread values wanted, stray ``<jemalloc>`` text, carriage returns,
+    a malformed record) goes through the line-by-line parser, which also gives the precise
+    error with its line number.
+    """
+    shared = cache if cache is not None else ParseCache()
+    if not threads:
+        fast = _bulk(path, text, shared)
+        if fast is not None:
+            return fast
+    return parse_heap_v2(path, text.splitlines(), threads=threads, cache=shared)
+
+
+def _bulk(path: str, text: str, shared: ParseCache) -> Profile | None:
+    maps_at = text.find("\nMAPPED_LIBRARIES:")
+    if maps_at < 0:
+        maps_at = text.find("\n--- Memory map:")
+    first = text.find("\n@")
+    if maps_at < 0 or first < 0 or first > maps_at:
+        return None
+    body = text[first + 2: maps_at]
+    if "<jemalloc>" in body or "\r" in body:
+        return None
+    head = parse_heap_v2(path, [*text[:first + 1].splitlines(), "MAPPED_LIBRARIES:"],
+                         cache=shared)
+    stacks, hexes, counts = shared.stacks, shared.hexes, shared.counts
+    samples: list[Sample] = []
+    append = samples.append
+    try:
+        for record in body.split("\n@"):
+            nl = record.find("\n")
+            if nl < 0:
+                return None
+            key = record[:nl]
+            stack = stacks.get(key)
+            if stack is None:
+                stack = stacks[key] = tuple(map(hexes.__getitem__, key.split()))
+            end = record.find("\n", nl + 1)
+            tline = record[nl + 1: end if end >= 0 else len(record)]
+            got = counts.get(tline)
+            if got is None:
+                got = _counts(path, 0, tline)
+                if got[0] != "*":
+                    return None
+                counts[tline] = got
+            append(Sample(stack, got[1]))
+    except (InputError, ValueError):
+        return None
+    return head.with_(samples=tuple(samples),
+                      mappings=parse_maps(text[maps_at + 1:].splitlines()))
+
+
 def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
                   cache: ParseCache | None = None) -> Profile:
     """Parse the lines of a heap_v2 dump; ``threads`` keeps per-thread values per stack."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from heapscope.errors import InputError
 from heapscope.formats.gperftools import parse_legacy
-from heapscope.formats.jemalloc import ParseCache, parse_heap_v2
+from heapscope.formats.jemalloc import ParseCache, parse_heap_v2_text
 from heapscope.model import Profile
 
 _NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.json)?(?:\.gz)?$")
@@ -88,16 +88,17 @@ def load(path: str, *, threads: bool = False, cache: ParseCache | None = None) -
 
     ``cache`` shares parsed stacks between the dumps of one process (a series).
     """
-    lines = read_text(path).splitlines()
+    text = read_text(path)
+    lines = text[:4096].splitlines()
     first = _first_line(lines)
     if first.startswith("heap_v2/"):
-        profile = parse_heap_v2(path, lines, threads=threads, cache=cache)
+        profile = parse_heap_v2_text(path, text, threads=threads, cache=cache)
     elif first.startswith("heap profile:"):
-        profile = parse_legacy(path, lines)
+        profile = parse_legacy(path, text.splitlines())
     elif first.startswith("{"):
         from heapscope.formats import symbolized
 
-        profile = symbolized.parse("\n".join(lines), path)
+        profile = symbolized.parse(text, path)
     elif first.startswith("--- symbol") or first.startswith("%"):
         raise InputError(path, "symbolized/remote pprof text profiles are not supported yet")
     else:
