@@ -288,3 +288,16 @@ def test_cum_order_and_row_limit(leaky_c: Any, cache_dir: Path) -> None:
     cums = [float(x.split()[3]) for x in lines[1:]]
     assert cums == sorted(cums, reverse=True)
     assert any(x.endswith(" main") for x in lines[1:])
+
+
+def test_diff_command_matches_sites_across_runs(leaky_c: Any, leaky_c_sampled: Any,
+                                                 cache_dir: Path) -> None:
+    out = heapscope("diff", "--format", "json", "-n", "0", str(leaky_c_sampled.dump),
+                    str(leaky_c.dump), cache=cache_dir)
+    data = json.loads(out.stdout)
+    new = top_json(leaky_c.dump, cache=cache_dir)["total"]
+    base = top_json(leaky_c_sampled.dump, cache=cache_dir)["total"]
+    assert data["total"] == pytest.approx(new - base)
+    assert not any(r["name"].startswith("0x") for r in data["rows"])
+    same = heapscope("diff", str(leaky_c.dump), str(leaky_c.dump), cache=cache_dir).stdout
+    assert same.splitlines() == ["Total: 0.0 MB"]
