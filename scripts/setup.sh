@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 packages=(python3 python3-venv python3-pip gcc g++ libc6-dev libjemalloc2 libjemalloc-dev
           llvm binutils elfutils perl graphviz)
 if [[ "${1:-}" == "--dev" ]]; then
-    packages+=(libc6-dbg util-linux postgresql-15 postgresql-server-dev-15)
+    packages+=(libc6-dbg util-linux postgresql-15 postgresql-server-dev-15 golang-go chromium
+               chromium-driver valgrind librsvg2-bin)
     command -v rustc >/dev/null 2>&1 || packages+=(rustc)
     command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
 fi
