@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import diff, env, leaks, run, shell, top
+from heapscope.cli import diff, env, graph, leaks, run, shell, top
 from heapscope.errors import HeapscopeError
 
 
@@ -26,6 +26,7 @@ def parser() -> argparse.ArgumentParser:
     top.register(sub)
     leaks.register(sub)
     diff.register(sub)
+    graph.register(sub)
     shell.register(sub)
     env.register(sub)
     return p

@@ -1,0 +1,309 @@
+"""A call Graph as Graphviz DOT text, and images made from it with ``dot``.
+
+The drawing follows jeprof's (and pprof's): a box per node labelled with its name, flat value
+and percent, and "of" its cumulative value when that differs; the font grows with the flat
+value; edges are labelled with their value and drawn thicker and tighter the heavier they
+are; a title box says where the data came from, the total and what was dropped. In a
+``--base`` diff, growth is red and shrinkage green. Every name is escaped for DOT, so no
+symbol (``operator<<``, quotes, backslashes, markup) can change the graph or inject markup
+into the SVG; long names are shortened in the middle with the full name in the tooltip.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+
+from heapscope.analysis.aggregate import Key
+from heapscope.analysis.graph import Edge, Graph, Node
+from heapscope.errors import ToolError, UsageError
+from heapscope.units import human_bytes, percent
+
+FORMATS = ("svg", "png", "pdf", "gif", "dot")
+MAX_LABEL = 60  # characters of a name shown in a node; the tooltip has the full name
+INSTALL_HINT = ("install Graphviz (apt-get install graphviz, dnf install graphviz or "
+                "apk add graphviz) or write a .dot file")
+
+GROW = ("#b22222", "#fbe3e3", "#8b0000")  # border/edge, fill, text: new − base > 0
+SHRINK = ("#228b22", "#e0f5e0", "#006400")  # new − base < 0
+NEUTRAL = ("#555555", "#f8f8f8", "#000000")
+
+_SPECIAL = {"\\": "\\\\", '"': '\\"', "<": "\\<", ">": "\\>", "{": "\\{", "}": "\\}",
+            "|": "\\|", "\n": "\\n"}
+
+
+def escape(text: str) -> str:
+    """``text`` for a double-quoted DOT string: no character keeps a special meaning.
+
+    Quotes and backslashes are escaped (so ``\\l`` or ``\\N`` in a name stay literal),
+    record-label characters ``< > { } |`` are backslash-escaped, newlines become DOT line
+    breaks and other control characters are written as visible ``\\xNN``.
+    """
+    out = []
+    for ch in text:
+        rep = _SPECIAL.get(ch)
+        if rep is not None:
+            out.append(rep)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(f"\\\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def shorten(name: str, limit: int = MAX_LABEL) -> str:
+    """``name`` cut in the middle to ``limit`` characters (an ellipsis marks the cut)."""
+    if len(name) <= limit:
+        return name
+    head = (limit - 1) // 2
+    tail = limit - 1 - head
+    return name[:head] + "…" + name[len(name) - tail:]
+
+
+def format_value(v: float, unit: str, signed: bool = False) -> str:
+    """A node or edge value: binary units for bytes, an integer count for objects."""
+    text = human_bytes(v) if unit == "bytes" else str(int(v))
+    return "+" + text if signed and v > 0 else text
+
+
+def node_name(node: Node, granularity: str) -> str:
+    """The full display name of a node at its granularity."""
+    k = node.key
+    if granularity == "lines":
+        where = f"{k.file}:{k.line}" if k.file else "??:?"
+        return f"{k.name}{' (inline)' if k.inlined else ''} {where}"
+    return k.name
+
+
+def _colors(value: float, diff: bool) -> tuple[str, str, str]:
+    if not diff or value == 0:
+        return NEUTRAL
+    return GROW if value > 0 else SHRINK
+
+
+def _title_lines(g: Graph) -> list[str]:
+    lines = []
+    srcs = [os.path.basename(s) or s for s in g.sources]
+    if len(srcs) > 3:
+        srcs = [*srcs[:2], f"… {len(srcs) - 2} more"]
+    lines.append("heapscope: " + (", ".join(srcs) or "(no dump)"))
+    if g.diff:
+        bases = [os.path.basename(s) or s for s in g.base_sources]
+        if len(bases) > 3:
+            bases = [*bases[:2], f"… {len(bases) - 2} more"]
+        lines.append("minus base: " + ", ".join(bases))
+    lines.append(f"Type: {g.sample_type}")
+    what = "Total (new − base)" if g.diff else "Total"
+    lines.append(f"{what}: {format_value(g.total, g.unit, g.diff)}")
+    if g.diff:
+        lines.append(f"Percentages of the base total ({format_value(g.denominator, g.unit)})")
+    if g.focus:
+        lines.append(f"Focusing on: {g.focus}")
+    if g.ignore:
+        lines.append(f"Ignoring: {g.ignore}")
+    shown = f"Showing {len(g.nodes)} of {g.all_nodes} nodes, {len(g.edges)} of {g.all_edges} edges"
+    lines.append(shown)
+    if g.dropped_nodes:
+        lines.append(f"Dropped {g.dropped_nodes} nodes (|cum| <= "
+                     f"{format_value(g.node_cutoff, g.unit)} or beyond the top "
+                     f"{len(g.nodes)})")
+    if g.dropped_edges:
+        lines.append(f"Dropped {g.dropped_edges} edges (<= {format_value(g.edge_cutoff, g.unit)}"
+                     " or between dropped nodes)")
+    if g.diff:
+        lines.append("Red: grew since the base; green: shrank")
+    return lines
+
+
+def _attrs(pairs: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f'{k}="{v}"' for k, v in pairs)
+
+
+def _node_line(g: Graph, ident: str, n: Node, max_flat: float) -> str:
+    full = node_name(n, g.granularity)
+    denom = g.denominator
+    flat = f"{format_value(n.flat, g.unit, g.diff)} ({percent(n.flat, denom)})"
+    cum = f"{format_value(n.cum, g.unit, g.diff)} ({percent(n.cum, denom)})"
+    label = escape(shorten(n.key.name)) + "\\n"
+    if g.granularity == "lines":
+        where = f"{n.key.file}:{n.key.line}" if n.key.file else "??:?"
+        inline = " (inline)" if n.key.inlined else ""
+        label += escape(shorten(where) + inline) + "\\n"
+    label += escape(flat)
+    if n.cum != n.flat:
+        label += "\\nof " + escape(cum)
+    tip = full
+    if n.key.module:
+        tip += f" [{n.key.module}]"
+    if n.key.file and g.granularity == "functions":
+        tip += f" ({n.key.file})"
+    tip += f"\nflat {flat}\ncum {cum}"
+    fontsize = 8.0
+    if max_flat > 0 and n.flat:
+        # pprof: 8 to 24 points, growing with the square root of the flat share.
+        fontsize += math.ceil(16.0 * math.sqrt(min(abs(n.flat) / max_flat, 1.0)))
+    border, fill, text = _colors(n.cum, g.diff)
+    return f"  {ident} [" + _attrs([
+        ("label", label), ("tooltip", escape(tip)), ("fontsize", f"{fontsize:.0f}"),
+        ("color", border), ("fillcolor", fill), ("fontcolor", text),
+    ]) + "];"
+
+
+def _edge_line(g: Graph, ids: dict[Key, str], e: Edge) -> str:
+    share = abs(e.value) / g.denominator if g.denominator else 0.0
+    weight = 1 + int(min(share * 100.0, 100.0))
+    penwidth = 1.0 + min(share * 5.0, 5.0)
+    value = format_value(e.value, g.unit, g.diff)
+    tip = (f"{node_name(Node(e.caller, 0, 0), g.granularity)} -> "
+           f"{node_name(Node(e.callee, 0, 0), g.granularity)} ({value})")
+    border = _colors(e.value, g.diff)[0]
+    attrs = [("label", " " + escape(value)), ("weight", str(weight)),
+             ("penwidth", f"{penwidth:.2f}"), ("color", border), ("tooltip", escape(tip)),
+             ("labeltooltip", escape(tip))]
+    if e.callee.inlined:
+        attrs.append(("style", "dashed"))
+    return f"  {ids[e.caller]} -> {ids[e.callee]} [{_attrs(attrs)}];"
+
+
+def to_dot(g: Graph) -> str:
+    """The graph as DOT text (deterministic: the same graph gives the same text)."""
+    out = [
+        'digraph "heapscope" {',
+        '  graph [fontname="Helvetica", tooltip="heapscope call graph"];',
+        '  node [shape=box, style=filled, fontname="Helvetica", margin="0.15,0.05"];',
+        '  edge [fontname="Helvetica", fontsize=10, arrowsize=0.7];',
+    ]
+    title = "".join(escape(line) + "\\l" for line in _title_lines(g))
+    out.append(f'  title [shape=plaintext, style="", fontsize=16, label="{title}", '
+               f'tooltip="{escape(" ".join(g.sources) or "heapscope")}"];')
+    ids: dict[Key, str] = {}
+    max_flat = max((abs(n.flat) for n in g.nodes), default=0.0)
+    for i, n in enumerate(g.nodes, 1):
+        ids[n.key] = f"N{i}"
+        out.append(_node_line(g, f"N{i}", n, max_flat))
+    for e in g.edges:
+        out.append(_edge_line(g, ids, e))
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def output_format(path: str, override: str | None = None) -> str:
+    """The output format: ``override``, else the file's extension."""
+    if override:
+        fmt = override.lower().lstrip(".")
+        if fmt not in FORMATS:
+            raise UsageError(f"--format {override}: choose one of {', '.join(FORMATS)}")
+        return fmt
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if path == "-":
+        return "dot"
+    if ext not in FORMATS:
+        got = f"extension .{ext}" if ext else "no extension"
+        raise UsageError(f"{path}: {got}; name the output .svg, .png, .pdf, .gif or .dot, "
+                         "or give --format")
+    return ext
+
+
+def check_output(path: str, force: bool = False) -> None:
+    """Fail early (before the dumps are read) when ``path`` cannot be written."""
+    if path == "-":
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a folder; give a file name for the graph")
+    if os.path.lexists(path) and not force:
+        raise UsageError(f"{path}: exists; heapscope does not overwrite it without --force")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{path}: cannot write: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{path}: cannot write: folder {folder} is not writable")
+
+
+def find_dot() -> str:
+    """The path of Graphviz's ``dot``, or a ToolError saying how to install it."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise ToolError(f"Graphviz's dot command was not found; {INSTALL_HINT}")
+    return dot
+
+
+def _publish(tmp: str, path: str, force: bool) -> None:
+    """Move the finished file ``tmp`` to ``path``; never replace a file unless ``force``."""
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)  # atomic and fails if path appeared meanwhile
+    except FileExistsError:
+        raise UsageError(f"{path}: exists; heapscope does not overwrite it without "
+                         "--force") from None
+    except OSError:  # a file system without hard links
+        if os.path.lexists(path):
+            raise UsageError(f"{path}: exists; heapscope does not overwrite it without "
+                             "--force") from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def write_graph(g: Graph, path: str, fmt: str, *, force: bool = False) -> None:
+    """Write the graph to ``path`` as ``fmt`` (DOT text, or an image made by ``dot``)."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown graph format {fmt!r}")
+    text = to_dot(g).encode("utf-8", "backslashreplace")
+    dot = None if fmt == "dot" else find_dot()
+    if path == "-":
+        if dot is None:
+            sys.stdout.buffer.write(text)
+        else:
+            sys.stdout.buffer.write(_run_dot(dot, fmt, text, None))
+        sys.stdout.flush()
+        return
+    check_output(path, force)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".heapscope-graph-", suffix="." + fmt)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    try:
+        if dot is None:
+            with os.fdopen(fd, "wb") as f:
+                f.write(text)
+        else:
+            os.close(fd)
+            _run_dot(dot, fmt, text, tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        _publish(tmp, path, force)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _run_dot(dot: str, fmt: str, text: bytes, out: str | None) -> bytes:
+    """Run ``dot -T<fmt> [-o out]`` once with the DOT text on stdin; return its stdout."""
+    cmd = [dot, f"-T{fmt}"] + (["-o", out] if out else [])
+    try:
+        p = subprocess.run(cmd, input=text, capture_output=True, timeout=600, check=False)
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"{' '.join(cmd)} took more than 10 minutes; try a smaller "
+                        "--nodecount") from None
+    except OSError as e:
+        raise ToolError(f"cannot run {dot}: {e.strerror or e}; {INSTALL_HINT}") from None
+    if p.returncode != 0:
+        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = err[-1] if err else f"exit status {p.returncode}"
+        raise ToolError(f"{' '.join(cmd)} failed: {why}")
+    return p.stdout
