@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from heapscope.analysis.filter import select_threads
 from heapscope.analysis.top import SAMPLE_INDEX
+from heapscope.model import Profile
+from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.options import default_cache_dir
 
@@ -58,3 +61,20 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
         if text not in seen:
             seen.add(text)
             print(f"heapscope: {text}", file=sys.stderr)
+
+
+def load_profiles(paths: list[str], args: argparse.Namespace, progress: ProgressFn | None,
+                  *, threads: bool = False) -> list[Profile]:
+    """Prepare each dump (unsampled, symbolized, pruned), print its symbol notes, and keep
+    only the thread chosen with ``--thread`` when the command has that option."""
+    opts = symbol_options(args)
+    thread = getattr(args, "thread", None)
+    out = []
+    for path in paths:
+        prep = prepare(path, opts, threads=threads or bool(thread), progress=progress)
+        print_diagnostics(prep.diagnostics, args.verbose)
+        profile = prep.profile
+        if thread:
+            profile = select_threads(profile, thread)
+        out.append(profile)
+    return out

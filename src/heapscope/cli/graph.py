@@ -6,17 +6,14 @@ import argparse
 import sys
 
 from heapscope.analysis.aggregate import GRANULARITIES
-from heapscope.analysis.filter import select_threads
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
 from heapscope.cli.common import (
     add_sample_options,
     add_symbol_options,
-    print_diagnostics,
-    symbol_options,
+    load_profiles,
 )
 from heapscope.errors import UsageError
-from heapscope.model import Profile
-from heapscope.prepare import expand_inputs, prepare
+from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.callgraph import (
     FORMATS,
@@ -84,19 +81,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _load(paths: list[str], args: argparse.Namespace, bar: DelayedProgress) -> list[Profile]:
-    opts = symbol_options(args)
-    out = []
-    for path in paths:
-        prep = prepare(path, opts, threads=bool(args.thread), progress=bar.update)
-        print_diagnostics(prep.diagnostics, args.verbose)
-        profile = prep.profile
-        if args.thread:
-            profile = select_threads(profile, args.thread)
-        out.append(profile)
-    return out
-
-
 def _notes(graph: Graph, sample: str) -> None:
     if graph.total == 0 and not graph.nodes and sample.startswith("alloc"):
         print("heapscope: note: no allocation totals in this dump; they are recorded only with "
@@ -122,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError("no dumps given")
     with DelayedProgress() as bar:
-        profiles = _load(paths, args, bar)
-        base = _load(expand_inputs([args.base]), args, bar) if args.base else None
+        profiles = load_profiles(paths, args, bar.update)
+        base = load_profiles(expand_inputs([args.base]), args, bar.update) if args.base else None
     graph = build_graph(profiles, options, base)
     write_graph(graph, args.output, fmt, force=args.force)
     _notes(graph, args.sample)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import diff, env, graph, leaks, run, shell, top
+from heapscope.cli import diff, env, export, flamegraph, graph, leaks, run, shell, timeline, top
 from heapscope.errors import HeapscopeError
 
 
@@ -27,6 +27,9 @@ def parser() -> argparse.ArgumentParser:
     leaks.register(sub)
     diff.register(sub)
     graph.register(sub)
+    export.register(sub)
+    flamegraph.register(sub)
+    timeline.register(sub)
     shell.register(sub)
     env.register(sub)
     return p

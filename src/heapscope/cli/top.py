@@ -7,16 +7,14 @@ import sys
 from typing import Any
 
 from heapscope.analysis.aggregate import GRANULARITIES, Table
-from heapscope.analysis.filter import select_threads
 from heapscope.analysis.top import View, build_table
 from heapscope.cli.common import (
     add_sample_options,
     add_symbol_options,
-    print_diagnostics,
-    symbol_options,
+    load_profiles,
 )
 from heapscope.errors import UsageError
-from heapscope.prepare import Prepared, expand_inputs, prepare
+from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.json import render_json, table_dict
 from heapscope.render.text import render_table
@@ -60,19 +58,6 @@ def view_from_args(args: argparse.Namespace) -> View:
                 args.ignore, args.show_bytes)
 
 
-def _load(paths: list[str], args: argparse.Namespace, bar: DelayedProgress) -> list[Prepared]:
-    opts = symbol_options(args)
-    out = []
-    for path in paths:
-        prep = prepare(path, opts, threads=bool(args.thread), progress=bar.update)
-        print_diagnostics(prep.diagnostics, args.verbose)
-        profile = prep.profile
-        if args.thread:
-            profile = select_threads(profile, args.thread)
-        out.append(Prepared(profile, prep.diagnostics))
-    return out
-
-
 def _warn_empty(table: Table, view: View) -> None:
     if table.total == 0 and view.sample.startswith("alloc"):
         print("heapscope: note: no allocation totals in this dump; they are recorded only with "
@@ -86,10 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if args.interactive and (len(paths) > 1 and not args.merge):
         raise UsageError("-i works on one dump (or several with --merge)")
     with DelayedProgress() as bar:
-        prepared = _load(paths, args, bar)
-        base = _load(expand_inputs([args.base]), args, bar) if args.base else None
-    profiles = [p.profile for p in prepared]
-    base_profiles = [p.profile for p in base] if base else None
+        profiles = load_profiles(paths, args, bar.update)
+        base_profiles = (load_profiles(expand_inputs([args.base]), args, bar.update)
+                         if args.base else None)
     if args.interactive:
         from heapscope.cli.shell import Shell
 

@@ -111,4 +111,5 @@ def load(path: str, *, threads: bool = False, cache: ParseCache | None = None) -
         mtime = None
     if name is not None:
         profile = profile.with_(pid=name.pid, seq=name.seq, kind=name.kind)
-    return profile.with_(time=mtime)
+    # A heapscope profile keeps the time of the dump it was made from; its own file is newer.
+    return profile if profile.time is not None else profile.with_(time=mtime)

@@ -1,0 +1,227 @@
+"""Call trees for flame graphs: stacks merged by the path of frame names.
+
+The tree runs from a synthetic root through every frame of a stack, outermost caller first, to
+the allocating frame (``invert=True`` builds it the other way round: root, allocating frame,
+its callers). Inlined frames are nodes of their own. Two stacks share a node when the names
+on the path to it are the same, whatever addresses, modules or processes they came from; so
+trees of different dumps (a base and a new one) line up by name.
+
+Each node carries the four heap values (inuse objects/bytes, alloc objects/bytes) and, for a
+diff, the base profile's four values as well. :func:`CallTree.to_json` writes the tree
+compactly: one string table for names, files and modules, and the nodes as parallel integer
+arrays, so the size grows with the number of distinct frames, not with the samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from heapscope.model import HEAP_SAMPLE_TYPES, Location, Profile
+
+ROOT_NAME = "all"
+NVALUES = len(HEAP_SAMPLE_TYPES)
+
+# One frame as the tree sees it: (name, file, line, module, inlined).
+FrameKey = tuple[str, str, int, str, bool]
+
+
+@dataclass
+class CallTree:
+    """Nodes in creation order (a parent always precedes its children); node 0 is the root.
+
+    ``line[k]`` is 0 when the frames merged into node ``k`` disagree on the line (one function
+    called from several lines of the same caller), so the tooltip never shows a wrong line.
+    """
+
+    inverted: bool = False
+    strings: list[str] = field(default_factory=lambda: [""])
+    parent: list[int] = field(default_factory=lambda: [-1])
+    name: list[int] = field(default_factory=lambda: [0])
+    file: list[int] = field(default_factory=lambda: [0])
+    line: list[int] = field(default_factory=lambda: [0])
+    module: list[int] = field(default_factory=lambda: [0])
+    inlined: list[bool] = field(default_factory=lambda: [False])
+    values: list[list[float]] = field(default_factory=lambda: [[0.0] for _ in range(NVALUES)])
+    base: list[list[float]] | None = None
+    _ids: dict[str, int] = field(default_factory=lambda: {"": 0}, repr=False)
+    _children: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.name == [0] and self.strings == [""]:
+            self.name[0] = self.intern(ROOT_NAME)
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def intern(self, text: str) -> int:
+        """The string table index of ``text``, adding it when new."""
+        k = self._ids.get(text)
+        if k is None:
+            k = self._ids[text] = len(self.strings)
+            self.strings.append(text)
+        return k
+
+    def child(self, parent: int, frame: FrameKey) -> int:
+        """The node for ``frame`` under ``parent``, created when new."""
+        name_id = self.intern(frame[0])
+        key = (parent, name_id)
+        k = self._children.get(key)
+        if k is None:
+            k = self._children[key] = len(self.parent)
+            self.parent.append(parent)
+            self.name.append(name_id)
+            self.file.append(self.intern(frame[1]))
+            self.line.append(frame[2])
+            self.module.append(self.intern(frame[3]))
+            self.inlined.append(frame[4])
+            for col in self.values:
+                col.append(0.0)
+            if self.base is not None:
+                for col in self.base:
+                    col.append(0.0)
+        elif self.line[k] != frame[2]:
+            self.line[k] = 0
+        return k
+
+    # -- queries (tests, callers) ------------------------------------------------------
+
+    def label(self, k: int) -> str:
+        """The function name of node ``k``."""
+        return self.strings[self.name[k]]
+
+    def path(self, k: int) -> tuple[str, ...]:
+        """Names from the root's first child down to node ``k``."""
+        out = []
+        while k > 0:
+            out.append(self.label(k))
+            k = self.parent[k]
+        return tuple(reversed(out))
+
+    def find(self, *names: str) -> int | None:
+        """The node at the path ``names`` below the root, or None."""
+        k = 0
+        for n in names:
+            nid = self._ids.get(n)
+            if nid is None:
+                return None
+            nxt = self._children.get((k, nid))
+            if nxt is None:
+                return None
+            k = nxt
+        return k
+
+    def children(self, k: int) -> list[int]:
+        """The direct children of node ``k`` (linear scan; for tests and small trees)."""
+        return [c for c in range(k + 1, len(self.parent)) if self.parent[c] == k]
+
+    def value(self, k: int, index: int) -> float:
+        """Node ``k``'s value of sample type ``index`` (new minus base for a diff)."""
+        v = self.values[index][k]
+        return v - self.base[index][k] if self.base is not None else v
+
+    # -- serialization -------------------------------------------------------------------
+
+    def self_values(self, columns: list[list[float]]) -> list[list[float]]:
+        """Per node, what stacks ending exactly there hold (total minus the children's)."""
+        out = []
+        parent = self.parent
+        for col in columns:
+            own = list(col)
+            for k in range(1, len(parent)):
+                own[parent[k]] -= col[k]
+            out.append(own)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The compact form the HTML viewer reads.
+
+        ``p`` holds ``k - parent[k]`` (small numbers: children usually follow their parent
+        closely), ``n``/``f``/``m`` string ids, ``l`` lines, ``i`` the indexes of inlined
+        nodes, ``s`` the four *self* value columns rounded to integers (mostly zeros, and
+        totals are their sums over a subtree, which the viewer adds up; the inverted tree is
+        built from them), ``sb`` the base's self values for a diff.
+        """
+        out: dict[str, Any] = {
+            "inverted": self.inverted,
+            "p": [0] + [k - p for k, p in enumerate(self.parent) if k],
+            "n": self.name,
+            "f": self.file,
+            "l": self.line,
+            "m": self.module,
+            "i": [k for k, flag in enumerate(self.inlined) if flag],
+            "s": [[_int(x) for x in col] for col in self.self_values(self.values)],
+        }
+        if self.base is not None:
+            out["sb"] = [[_int(x) for x in col] for col in self.self_values(self.base)]
+        return out
+
+
+def _int(x: float) -> int:
+    # Self values of a subtraction may be -1e-9 instead of 0: never write "-0" or tiny noise.
+    r = round(x)
+    return r if r > 0 else 0
+
+
+def location_frames(loc: Location) -> list[FrameKey]:
+    """The frames of a location, innermost (inlined) first, as the tree names them."""
+    if not loc.frames:
+        return [(loc.fallback_name, "", 0, loc.module, False)]
+    return [(f.function or loc.fallback_name, f.file, f.line, loc.module, f.inlined)
+            for f in loc.frames]
+
+
+def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]]) -> None:
+    """Add every sample of ``profiles`` into ``columns`` (tree.values or tree.base)."""
+    for profile in profiles:
+        # Per address: its frames as (name id, frame), innermost first.
+        frames_of: dict[int, list[tuple[int, FrameKey]]] = {}
+        children = tree._children
+        line = tree.line
+        for s in profile.samples:
+            vals = s.values
+            if not any(vals[:NVALUES]):
+                continue
+            seq: list[tuple[int, FrameKey]] = []
+            for a in s.stack:
+                fr = frames_of.get(a)
+                if fr is None:
+                    fr = frames_of[a] = [(tree.intern(f[0]), f)
+                                         for f in location_frames(profile.location(a))]
+                seq.extend(fr)
+            if not tree.inverted:
+                seq.reverse()
+            k = 0
+            nodes = [0]
+            for name_id, frame in seq:
+                nxt = children.get((k, name_id))
+                if nxt is None:
+                    nxt = tree.child(k, frame)
+                elif line[nxt] != frame[2]:
+                    line[nxt] = 0
+                k = nxt
+                nodes.append(k)
+            for i in range(NVALUES):
+                v = vals[i]
+                if v:
+                    col = columns[i]
+                    # Each node lies on the path once, so recursion is not counted twice.
+                    for node in nodes:
+                        col[node] += v
+
+
+def build_tree(profiles: Iterable[Profile], *, invert: bool = False,
+               base: Iterable[Profile] | None = None) -> CallTree:
+    """Merge the samples of ``profiles`` into one call tree.
+
+    ``base`` makes a diff tree: the base profiles' values are kept in ``CallTree.base`` and
+    :meth:`CallTree.value` returns new minus base, node by node (matched by name path).
+    """
+    tree = CallTree(inverted=invert)
+    if base is not None:
+        tree.base = [[0.0] for _ in range(NVALUES)]
+    _add(tree, profiles, tree.values)
+    if base is not None and tree.base is not None:
+        _add(tree, base, tree.base)
+    return tree

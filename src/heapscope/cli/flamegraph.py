@@ -1,0 +1,68 @@
+"""``heapscope flamegraph``: an interactive flame graph as one self-contained HTML file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heapscope.analysis.top import View, filtered
+from heapscope.analysis.tree import build_tree
+from heapscope.cli.common import (
+    add_sample_options,
+    add_symbol_options,
+    load_profiles,
+)
+from heapscope.errors import UsageError
+from heapscope.prepare import expand_inputs
+from heapscope.progress import DelayedProgress
+from heapscope.render.flamegraph import default_title, write_flamegraph
+from heapscope.units import human_bytes
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``flamegraph`` subcommand."""
+    p = sub.add_parser(
+        "flamegraph", help="write an interactive flame graph (one offline HTML file)",
+        description="Write an interactive flame graph of heap dumps as one self-contained "
+                    "HTML file: hover for details, click to zoom, search, inverted (callers) "
+                    "view, the four sample types, and a diff against --base. Several dumps are "
+                    "added up.")
+    p.add_argument("dumps", nargs="+", metavar="DUMP",
+                   help="jemalloc heap dump (.heap, .heap.gz), a folder of dumps or a session")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html",
+                   help="the HTML file to write")
+    p.add_argument("--base", metavar="DUMP",
+                   help="show the change from this base dump (new - base; growth red)")
+    add_sample_options(p)
+    p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
+    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
+    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    p.add_argument("--title", help="title shown on the page (default: the dump's name)")
+    add_symbol_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope flamegraph``."""
+    if not args.output.lower().endswith((".html", ".htm")):
+        raise UsageError("-o must name an .html file")
+    paths = expand_inputs(args.dumps)
+    base_paths = expand_inputs([args.base]) if args.base else []
+    with DelayedProgress() as bar:
+        view = View(focus=args.focus, ignore=args.ignore)
+        profiles = [filtered(p, view) for p in load_profiles(paths, args, bar.update)]
+        base = ([filtered(p, view) for p in load_profiles(base_paths, args, bar.update)]
+                if args.base else None)
+        bar.update("building the call tree", 0, 0)
+        tree = build_tree(profiles, base=base)
+        bar.update(f"writing {args.output}", 0, 0)
+        size = write_flamegraph(
+            args.output, tree, title=args.title or default_title(paths, base_paths),
+            sources=paths, sample=args.sample, base_sources=base_paths)
+    if all(p.total(2) == 0 and p.total(3) == 0 for p in profiles) and \
+            args.sample.startswith("alloc"):
+        print("heapscope: note: no allocation totals in this dump; they are recorded only with "
+              "MALLOC_CONF=prof_accum:true", file=sys.stderr)
+    print(f"heapscope: wrote {args.output} ({human_bytes(size)}, {len(tree)} frames)",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,54 @@
+"""``heapscope timeline SESSION``: memory over time (RSS, heap, top suspects) as HTML or PNG."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.errors import UsageError
+from heapscope.progress import DelayedProgress
+from heapscope.render.timeline import collect_timeline, render_html, render_svg, svg_to_png
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``timeline`` subcommand."""
+    p = sub.add_parser(
+        "timeline", help="chart memory over time: RSS, heap per dump, top suspects",
+        description="Chart a session's memory over time: the RSS of each process "
+                    "(rss.csv), the live heap estimated from each dump, and the live bytes of "
+                    "the top leak suspects at each dump, as a self-contained HTML page or a "
+                    "PNG image.")
+    p.add_argument("session", metavar="SESSION",
+                   help="a session folder written by heapscope run (or a folder of dumps)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html|FILE.png",
+                   help="where to write the chart (the format follows the extension)")
+    p.add_argument("--top", type=int, default=5, metavar="N",
+                   help="suspects to draw (default 5)")
+    add_symbol_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope timeline``."""
+    ext = os.path.splitext(args.output)[1].lower()
+    if ext not in (".html", ".htm", ".png", ".svg"):
+        raise UsageError("-o must end in .html, .png or .svg")
+    with DelayedProgress() as bar:
+        tl = collect_timeline(args.session, symbol_options(args), top=max(args.top, 0),
+                              progress=bar.update)
+        bar.update(f"writing {args.output}", 0, 0)
+        if ext == ".png":
+            tool = svg_to_png(render_svg(tl), args.output)
+        else:
+            text = render_html(tl) if ext in (".html", ".htm") else render_svg(tl)
+            tmp = f"{args.output}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.output)
+            tool = ""
+    print_diagnostics(tuple(tl.diagnostics), args.verbose)
+    how = f" with {tool}" if tool else ""
+    print(f"heapscope: wrote {args.output}{how} ({len(tl.lines)} lines)", file=sys.stderr)
+    return 0

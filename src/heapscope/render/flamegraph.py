@@ -1,0 +1,89 @@
+"""The interactive flame graph: one self-contained, offline HTML file.
+
+The page embeds the call tree of :mod:`heapscope.analysis.tree` in its compact form and draws
+it on a ``<canvas>`` (``web/assets/flamegraph.js``): hover details, click to zoom, search with
+the matched total, inverted (callers) view, the four sample types, and a diff against a base.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from heapscope.analysis.tree import CallTree
+from heapscope.model import HEAP_SAMPLE_TYPES
+from heapscope.web import page
+
+_BODY = """<header>
+<h1 id="title"></h1>
+<div id="controls">
+<label>Show <select id="type"></select></label>
+<input id="search" type="search" placeholder="Search (regex or text)" spellcheck="false"
+ autocomplete="off" aria-label="search">
+<label><input id="invert" type="checkbox"> Inverted (callers)</label>
+<button id="reset" type="button">Reset</button>
+</div>
+<div id="status"><span id="total"></span> <span id="match"></span></div>
+<div id="crumbs"></div>
+</header>
+<main id="chart"><canvas id="flame"></canvas></main>
+<div id="tooltip" hidden></div>
+<footer id="details"><span id="hint">Hover a frame for details; click to zoom;
+Esc or Reset to go back.</span></footer>
+<noscript>This flame graph needs JavaScript.</noscript>
+"""
+
+
+def flamegraph_data(tree: CallTree, *, title: str, sources: Sequence[str],
+                    sample: str = "inuse_space",
+                    base_sources: Sequence[str] = ()) -> dict[str, Any]:
+    """Everything the viewer needs, as plain JSON-ready data."""
+    return {
+        "format": "heapscope-flamegraph",
+        "version": 1,
+        "title": title,
+        "sources": list(sources),
+        "base_sources": list(base_sources),
+        "diff": tree.base is not None,
+        "sample": sample,
+        "types": [t.type for t in HEAP_SAMPLE_TYPES],
+        "units": [t.unit for t in HEAP_SAMPLE_TYPES],
+        "strings": tree.strings,
+        "tree": tree.to_json(),
+    }
+
+
+def default_title(sources: Sequence[str], base_sources: Sequence[str] = ()) -> str:
+    """``name`` of the dump (or ``first (+N more)``), with `` vs base`` for a diff."""
+    def names(paths: Sequence[str]) -> str:
+        if not paths:
+            return "profile"
+        first = os.path.basename(paths[0])
+        return first if len(paths) == 1 else f"{first} (+{len(paths) - 1} more)"
+
+    title = names(sources)
+    if base_sources:
+        title += f" vs {names(base_sources)}"
+    return title
+
+
+def render_flamegraph(tree: CallTree, *, title: str, sources: Sequence[str],
+                      sample: str = "inuse_space", base_sources: Sequence[str] = ()) -> str:
+    """The complete HTML document for ``tree``."""
+    data = flamegraph_data(tree, title=title, sources=sources, sample=sample,
+                           base_sources=base_sources)
+    return page(f"heapscope flame graph: {title}", css=["flamegraph.css"],
+                scripts=["flamegraph.js"], body=_BODY, data=data)
+
+
+def write_flamegraph(path: str, tree: CallTree, **kw: Any) -> int:
+    """Write the HTML to ``path`` (atomically); return its size in bytes."""
+    text = render_flamegraph(tree, **kw)
+    raw = text.encode("utf-8")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(raw)
+    os.replace(tmp, path)
+    return len(raw)
+
