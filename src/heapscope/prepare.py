@@ -31,10 +31,10 @@ class Prepared:
 
 
 def _dump_order(path: str) -> tuple[int, int, int, str]:
-    name = parse_dump_name(path)
+    name = parse_dump_name(path.removesuffix(SUFFIX))
     if name is None:
         return (1 << 62, 0, 0, path)
-    return (name.pid, name.seq, name.index, path)
+    return (name.pid, name.seq, (1 << 30) if name.kind == "f" else name.index, path)
 
 
 def _dumps_in(folder: str) -> list[str]:
@@ -64,11 +64,13 @@ def is_session(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, "manifest.json"))
 
 
-def expand_inputs(paths: Iterable[str]) -> list[str]:
+def expand_inputs(paths: Iterable[str], *, latest: bool = False) -> list[str]:
     """Turn the user's arguments into dump files: a session or a folder means its dumps.
 
     Dumps are ordered by pid, then jemalloc's sequence numbers (numerically, so ``m10``
-    follows ``m9``).
+    follows ``m9``). With ``latest``, a folder gives only the newest dump of each process:
+    views of one moment must not add up a series of snapshots (jeprof's glob does).
+    Files named one by one are always taken as given.
     """
     out: list[str] = []
     for p in paths:
@@ -76,7 +78,14 @@ def expand_inputs(paths: Iterable[str]) -> list[str]:
             found = session_dumps(p) if is_session(p) else _dumps_in(p)
             if not found:
                 raise InputError(p, "folder holds no .heap dumps")
-            out.extend(sorted(found, key=_dump_order))
+            ordered = sorted(found, key=_dump_order)
+            if latest:
+                newest: dict[int | str, str] = {}
+                for path in ordered:
+                    name = parse_dump_name(path.removesuffix(SUFFIX))
+                    newest[name.pid if name else path] = path
+                ordered = list(newest.values())
+            out.extend(ordered)
         else:
             out.append(p)
     return out

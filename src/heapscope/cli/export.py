@@ -114,7 +114,7 @@ def _umask() -> int:
 
 
 def _load(args: argparse.Namespace) -> list[Profile]:
-    paths = expand_inputs(args.dumps)
+    paths = expand_inputs(args.dumps, latest=True)
     if len(paths) > 1 and not args.merge:
         raise UsageError(
             f"{len(paths)} dumps given: add --merge to export their sum, or name one dump"

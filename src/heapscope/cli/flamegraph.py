@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope flamegraph``."""
     if not args.output.lower().endswith((".html", ".htm")):
         raise UsageError("-o must name an .html file")
-    paths = expand_inputs(args.dumps)
-    base_paths = expand_inputs([args.base]) if args.base else []
+    paths = expand_inputs(args.dumps, latest=True)
+    base_paths = expand_inputs([args.base], latest=True) if args.base else []
     with DelayedProgress() as bar:
         view = View(focus=args.focus, ignore=args.ignore)
         profiles = [filtered(p, view) for p in load_profiles(paths, args, bar.update)]

@@ -102,12 +102,13 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.output, args.force)
     options = GraphOptions(args.sample, args.granularity, args.nodecount, args.nodefraction,
                            args.edgefraction, args.focus, args.ignore)
-    paths = expand_inputs(args.dumps)
+    paths = expand_inputs(args.dumps, latest=True)
     if not paths:
         raise UsageError("no dumps given")
     with DelayedProgress() as bar:
         profiles = load_profiles(paths, args, bar.update)
-        base = load_profiles(expand_inputs([args.base]), args, bar.update) if args.base else None
+        base = (load_profiles(expand_inputs([args.base], latest=True), args, bar.update)
+                if args.base else None)
     graph = build_graph(profiles, options, base)
     write_graph(graph, args.output, fmt, force=args.force)
     _notes(graph, args.sample)

@@ -66,14 +66,14 @@ def _warn_empty(table: Table, view: View) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope top``."""
-    paths = expand_inputs(args.dumps)
+    paths = expand_inputs(args.dumps, latest=True)
     view = view_from_args(args)
     if args.interactive and (len(paths) > 1 and not args.merge):
         raise UsageError("-i works on one dump (or several with --merge)")
     with DelayedProgress() as bar:
         profiles = load_profiles(paths, args, bar.update)
-        base_profiles = (load_profiles(expand_inputs([args.base]), args, bar.update)
-                         if args.base else None)
+        base_paths = expand_inputs([args.base], latest=True) if args.base else []
+        base_profiles = load_profiles(base_paths, args, bar.update) if args.base else None
     if args.interactive:
         from heapscope.cli.shell import Shell
 
