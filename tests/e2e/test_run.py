@@ -194,3 +194,18 @@ def test_statically_linked_jemalloc_needs_no_preload(gcc: Path, tmp_path: Path) 
     assert r["suspects"][0]["function"] == "leak_big"
     leaves = {x["function"] for x in r["suspects"]}
     assert not any(n.startswith(("je_", "prof_", "imalloc", "malloc")) for n in leaves), leaves
+
+
+def test_html_pictures_and_commands(leaky_c_build: Any, tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--sample", "4k", "--interval", "1M", "--html", "--",
+           str(leaky_c_build.binary), cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    flame = (s / "flamegraph.html").read_text()
+    assert "<canvas" in flame and "leak_big" in flame and "https://" not in flame
+    assert "<svg" in (s / "timeline.html").read_text()
+    for cmd in ("heapscope flamegraph", "heapscope timeline", "heapscope graph",
+                "heapscope export"):
+        assert cmd in p.stderr
+    leaks = hs("leaks", str(s), cache=tmp_path / "c")
+    assert "pictures:" in leaks.stdout and "heapscope timeline" in leaks.stdout

@@ -14,6 +14,7 @@ from heapscope.analysis.suppress import read_file
 from heapscope.capture.conf import parse_size
 from heapscope.capture.session import read_manifest
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.cli.pictures import print_commands, write_html
 from heapscope.prepare import expand_inputs, is_session
 from heapscope.progress import DelayedProgress
 from heapscope.render.leaks import render_leaks
@@ -35,6 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--fail-on-leak", nargs="?", const="0", default=None, metavar="BYTES",
                    help=f"exit {LEAK_EXIT} when leaks hold more than BYTES (default 0)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="suspects to print")
+    p.add_argument("--html", metavar="DIR",
+                   help="also write flamegraph.html (and timeline.html for a session) in DIR")
     add_symbol_options(p)
     p.set_defaults(func=run)
 
@@ -69,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render_leaks(sys.stdout, report, top=args.top)
+        if len(args.paths) == 1:
+            sys.stdout.write("\n")
+            print_commands(sys.stdout, args.paths[0], args.html)
+    if args.html and len(args.paths) == 1:
+        os.makedirs(args.html, exist_ok=True)
+        for path in write_html(args.paths[0], args.html):
+            print(f"heapscope: wrote {path}", file=sys.stderr)
     if args.fail_on_leak is not None:
         threshold = parse_size(args.fail_on_leak, "--fail-on-leak") \
             if args.fail_on_leak != "0" else 0

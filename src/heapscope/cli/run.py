@@ -8,6 +8,7 @@ import sys
 from heapscope.capture.conf import parse_size
 from heapscope.capture.runner import RunOptions, run_session
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.report import render_report
@@ -41,6 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-symbolize", action="store_true",
                    help="do not symbolize now (the session then needs the binaries later)")
     p.add_argument("--top", type=int, default=5, metavar="N", help="suspects to print")
+    p.add_argument("--html", action="store_true",
+                   help="also write flamegraph.html and timeline.html into the session")
     add_symbol_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
     p.set_defaults(func=run)
@@ -70,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         res = run_session(cmd, opts, bar.update)
     print_diagnostics(tuple(res.diagnostics), args.verbose)
     render_report(sys.stderr, res, top=args.top)
+    if args.html and res.leaks.processes:
+        for path in write_html(res.path, res.path):
+            sys.stderr.write(f"wrote {path}\n")
     status = res.result.exit_status
     if status == 0 and args.fail_on_leak is not None and res.leak_bytes > threshold:
         sys.stderr.write(f"heapscope: leak suspects hold {int(res.leak_bytes)} bytes "

@@ -7,6 +7,7 @@ from typing import TextIO
 
 from heapscope.analysis.leaks import LEAK
 from heapscope.capture.runner import SessionResult
+from heapscope.cli.pictures import print_commands
 from heapscope.render.leaks import render_leaks
 
 
@@ -35,6 +36,7 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:
         out.write(f"  heapscope top --lines --focus {shlex.quote(_regex(fn))} {q}\n")
     out.write(f"  heapscope leaks {q}\n")
     out.write(f"  report: {shlex.quote(res.path + '/report.json')}\n")
+    print_commands(out, res.path, res.path)
 
 
 def _regex(name: str) -> str:
