@@ -49,10 +49,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import bench_gen  # noqa: E402
 import jemalloc as je  # noqa: E402  (tests/e2e/jemalloc.py)
-from run import GNU_TIME, heapscope_command  # noqa: E402  (bench/run.py)
+from run import CFLAGS, GEN_PARAMS, GNU_TIME, heapscope_command  # noqa: E402  (bench/run.py)
 
-GEN_PARAMS = {"functions": 3000, "tus": 20, "layers": 10, "seed": 1}
-CFLAGS = ("-O1", "-g", "-fno-optimize-sibling-calls", "-fno-inline")
 DRIVER = BENCH_DIR / "many_stacks.c"
 EVERY = 200  # many_stacks.c: one stack in EVERY leaks, one is bounded, one churns
 TARGET_SECONDS = 10.0

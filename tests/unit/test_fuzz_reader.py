@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heapscope.errors import InputError
+from heapscope.formats.jemalloc import ParseCache
 from heapscope.formats.load import load
 
 DATA = Path(__file__).parent.parent / "data" / "dumps"
@@ -20,10 +21,11 @@ def _check(content: bytes) -> None:
     with tempfile.NamedTemporaryFile(suffix=".heap") as f:
         f.write(content)
         f.flush()
-        try:
-            load(f.name, threads=True)
-        except InputError as e:
-            assert "\n" not in str(e)
+        for kwargs in ({"threads": True}, {"cache": ParseCache()}):  # line and bulk parsers
+            try:
+                load(f.name, **kwargs)  # type: ignore[arg-type]
+            except InputError as e:
+                assert "\n" not in str(e)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -37,5 +37,5 @@ def test_files_are_taken_as_given(folder: Path) -> None:
 
 
 def test_empty_folder(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no .heap dumps"):
+    with pytest.raises(InputError, match=r"no \.heap dumps"):
         expand_inputs([str(tmp_path)])

@@ -73,23 +73,32 @@ def location_keys(loc: Location, granularity: str) -> tuple[Key, ...]:
     return tuple(out)
 
 
+class KeyTable:
+    """Dense integer ids for keys, each with a running flat and cumulative sum."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Key, int] = {}
+        self.keys: list[Key] = []
+        self.flat: list[float] = []
+        self.cum: list[float] = []
+
+    def id(self, k: Key) -> int:
+        """The id of ``k``, assigned on first sight."""
+        i = self.ids.get(k)
+        if i is None:
+            i = self.ids[k] = len(self.keys)
+            self.keys.append(k)
+            self.flat.append(0.0)
+            self.cum.append(0.0)
+        return i
+
+
 def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "functions") -> Table:
     """Sum one sample value per key over the given (symbolized, pruned) profiles."""
-    ids: dict[Key, int] = {}
-    keys: list[Key] = []
-    flat: list[float] = []
-    cum: list[float] = []
+    table = KeyTable()
+    key_id, keys, flat, cum = table.id, table.keys, table.flat, table.cum
     total = 0.0
     sample_type = unit = ""
-
-    def key_id(k: Key) -> int:
-        i = ids.get(k)
-        if i is None:
-            i = ids[k] = len(keys)
-            keys.append(k)
-            flat.append(0.0)
-            cum.append(0.0)
-        return i
 
     for p in profiles:
         vt = p.sample_types[index]

@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from heapscope.analysis.aggregate import NO_STACK, Key, location_keys
+from heapscope.analysis.aggregate import NO_STACK, Key, KeyTable, location_keys
 from heapscope.analysis.top import SAMPLE_INDEX, View, filtered
 from heapscope.errors import UsageError
 from heapscope.model import Profile
@@ -110,21 +110,10 @@ class Sums:
 
 def accumulate(profiles: Iterable[Profile], index: int, granularity: str = "functions") -> Sums:
     """Sum flat, cum and edge values of one sample value over (symbolized) profiles."""
-    ids: dict[Key, int] = {}
-    keys: list[Key] = []
-    flat: list[float] = []
-    cum: list[float] = []
+    table = KeyTable()
+    key_id, keys, flat, cum = table.id, table.keys, table.flat, table.cum
     edges: dict[tuple[int, int], float] = {}
     out = Sums()
-
-    def key_id(k: Key) -> int:
-        i = ids.get(k)
-        if i is None:
-            i = ids[k] = len(keys)
-            keys.append(k)
-            flat.append(0.0)
-            cum.append(0.0)
-        return i
 
     chain = itertools.chain.from_iterable
     for p in profiles:

@@ -83,13 +83,15 @@ def parse_heap_v2_text(path: str, text: str, *, threads: bool = False,
                        cache: ParseCache | None = None) -> Profile:
     """Parse a heap_v2 dump's text; ``threads`` keeps per-thread values per stack.
 
-    Big dumps take a bulk path that splits the stacks section into records rather than lines;
+    Series take a bulk path that splits the stacks section into records rather than lines;
     anything unusual (per-thread values wanted, stray ``<jemalloc>`` text, carriage returns,
     a malformed record) goes through the line-by-line parser, which also gives the precise
     error with its line number.
     """
     shared = cache if cache is not None else ParseCache()
-    if not threads:
+    if not threads and cache is not None:
+        # Only a series (a shared cache) gains from the bulk path: its stacks recur. For one
+        # dump the line parser is as fast and holds less memory.
         fast = _bulk(path, text, shared)
         if fast is not None:
             return fast
