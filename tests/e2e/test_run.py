@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,3 +210,22 @@ def test_html_pictures_and_commands(leaky_c_build: Any, tmp_path: Path) -> None:
         assert cmd in p.stderr
     leaks = hs("leaks", str(s), cache=tmp_path / "c")
     assert "pictures:" in leaks.stdout and "heapscope timeline" in leaks.stdout
+
+
+def test_every_dumps_from_outside_make_a_series(gcc: Path, libjemalloc: Path,
+                                                tmp_path: Path) -> None:
+    if not shutil.which("gdb"):
+        pytest.skip("gdb not installed: apt-get install gdb")
+    prog = tmp_path / "slow_leak"
+    je.build([je.PROGRAMS_DIR / "slow_leak.c"], prog, ("-O1", "-g"))
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--sample", "4k", "--every", "0.5", "--", str(prog),
+           cache=tmp_path / "c", timeout=300)
+    assert p.returncode == 0, p.stderr
+    dumps = sorted((s / "dumps").glob("jeprof.*.heap"))
+    manual = [d for d in dumps if ".m" in d.name]
+    assert len(manual) >= 3, [d.name for d in dumps]
+    r = report(s)
+    first = r["suspects"][0]
+    assert first["function"] == "slow_leak" and first["verdict"] == "leak", first
+    assert first["growth_bytes_per_dump"] > 0

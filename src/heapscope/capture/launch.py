@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 
 from heapscope.capture.procevents import ProcEvents
@@ -50,6 +50,7 @@ class RunResult:
     end: float
     watcher: TreeWatcher
     process_events: bool | str = False  # True, or why the kernel's fork events were missing
+    problems: list[str] = field(default_factory=list)  # from periodic dumps (--every)
 
     @property
     def signal(self) -> int | None:
@@ -96,8 +97,14 @@ def run(
     on_stderr_line: Callable[[bytes], None] = lambda _line: None,
     watch_interval: float = 0.25,
     grace: float = 3.0,
+    every: float | None = None,
+    periodic: Callable[[int], str | None] | None = None,
 ) -> RunResult:
-    """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited."""
+    """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited.
+
+    With ``every`` and ``periodic``, ``periodic(pid)`` runs every ``every`` seconds while the
+    program lives (a dump taken from outside); it returns a problem to note, or None.
+    """
     events = ProcEvents()
     events.start()  # before the program starts, so that no early fork goes unseen
     read_end, write_end = os.pipe()
@@ -115,6 +122,13 @@ def run(
     tee.start()
     watcher = TreeWatcher(proc.pid, watch_interval, start, events if events.available else None)
     watcher.begin()
+    done = threading.Event()
+    problems: list[str] = []
+    ticker = None
+    if every and periodic is not None:
+        ticker = threading.Thread(target=_tick, args=(proc, every, periodic, done, problems),
+                                  name="heapscope-every", daemon=True)
+        ticker.start()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -130,8 +144,12 @@ def run(
         previous[sig] = signal.signal(sig, signal.SIG_IGN if interactive else forward)
     try:
         returncode = proc.wait()
+        done.set()
+        if ticker is not None:
+            ticker.join(timeout=60)
         _wait_for_leftovers(watcher, grace)
     finally:
+        done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         watcher.end()
@@ -139,7 +157,29 @@ def run(
     tee.join(timeout=5)
     result = RunResult(proc.pid, returncode, start, time.time(), watcher)
     result.process_events = events.available or f"unavailable ({events.error})"
+    result.problems = problems
     return result
+
+
+def _tick(proc: subprocess.Popen[bytes], every: float,
+          periodic: Callable[[int], str | None], done: threading.Event,
+          problems: list[str]) -> None:
+    """Call ``periodic`` every ``every`` seconds until the program ends; give up after three
+    failures in a row (a target that cannot be attached will not start working)."""
+    failures = 0
+    while not done.wait(every):
+        if proc.poll() is not None:
+            return
+        problem = periodic(proc.pid)
+        if problem is None:
+            failures = 0
+            continue
+        failures += 1
+        if proc.poll() is None:
+            problems.append(problem)
+        if failures >= 3:
+            problems.append("periodic dumps stopped after three failures in a row")
+            return
 
 
 def _spawn_failed(cmd: list[str], e: OSError) -> CommandNotFound:

@@ -40,6 +40,7 @@ class RunOptions:
     jemalloc: str | None = None
     symbolize: bool = True
     symbol_options: SymbolOptions = field(default_factory=SymbolOptions)
+    every: float | None = None  # seconds between dumps taken from outside (heapscope attach)
 
 
 @dataclass
@@ -132,12 +133,30 @@ def run_session(cmd: list[str], opts: RunOptions,
             summaries.append(line.decode(errors="replace"))
 
     result = launch(cmd, env, stderr_log=os.path.join(path, "stderr.log"),
-                    on_stderr_line=on_line)
+                    on_stderr_line=on_line, every=opts.every, periodic=_dump_from_outside)
     if summaries:
         with open(os.path.join(path, "leak-summaries.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(summaries) + "\n")
     _write_rss(path, result)
     return _collect(path, cmd, opts, lib, result, manifest, summaries, progress)
+
+
+def _dump_from_outside(pid: int) -> str | None:
+    """One dump of the launched program through the debugger (``run --every``).
+
+    ``prof.dump`` without a name lets jemalloc name it after ``prof_prefix`` (the session's
+    dumps folder) with its own sequence number, so the final dump still sorts last.
+    """
+    from heapscope.capture.attach import AttachOptions, Controller
+    from heapscope.capture.gdbctl import Op
+
+    try:
+        r = Controller(pid, AttachOptions(timeout=30.0)).run(
+            [Op("prof.dump", "none", None, True)])
+    except HeapscopeError as e:
+        return str(e)
+    rc = r.rcs.get("prof.dump", 0)
+    return None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})"
 
 
 def _write_rss(path: str, result: RunResult) -> None:
@@ -176,7 +195,7 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
              progress: Callable[[str, int, int], None] | None) -> SessionResult:
     dumps_dir = os.path.join(path, "dumps")
     by_pid = _final_dumps(dumps_dir)
-    notes = _notes(result, lib, by_pid)
+    notes = _notes(result, lib, by_pid) + result.problems
     sess.collect_perf_maps(path, sorted(by_pid))
     procs = result.watcher.procs
     diagnostics: list[Diagnostic] = []

@@ -9,7 +9,19 @@ import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import diff, env, export, flamegraph, graph, leaks, run, shell, timeline, top
+from heapscope.cli import (
+    attach,
+    diff,
+    env,
+    export,
+    flamegraph,
+    graph,
+    leaks,
+    run,
+    shell,
+    timeline,
+    top,
+)
 from heapscope.errors import HeapscopeError
 
 
@@ -23,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     run.register(sub)
+    attach.register(sub)
     top.register(sub)
     leaks.register(sub)
     diff.register(sub)

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "(default 512k; smaller is more precise and slower)")
     p.add_argument("--interval", metavar="BYTES",
                    help="also dump every BYTES allocated (a series to see growth)")
+    p.add_argument("--every", type=float, metavar="SECONDS",
+                   help="also dump every SECONDS from outside (through gdb, like heapscope "
+                        "attach), for a series over time")
     p.add_argument("--gdump", action="store_true", help="also dump at each new memory high")
     p.add_argument("--accum", action="store_true",
                    help="also record allocation totals (for --alloc-space/--alloc-objects)")
@@ -66,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
         jemalloc=args.jemalloc,
         symbolize=not args.no_symbolize,
         symbol_options=symbol_options(args),
+        every=args.every,
     )
+    if args.every is not None and args.every <= 0:
+        raise UsageError("--every needs a positive number of seconds")
     threshold = parse_size(args.fail_on_leak, "--fail-on-leak") \
         if args.fail_on_leak not in (None, "0") else 0
     with DelayedProgress() as bar:

@@ -1,0 +1,290 @@
+"""Live control of a running process's jemalloc profiler: status, dumps, prof.active, windows.
+
+Each step is one short gdb attach (:mod:`heapscope.capture.gdbctl`) that calls ``mallctl`` in
+the target; nothing stays attached while heapscope waits. Dumps land in a session folder
+(``heapscope-attach-<pid>-<time>``) laid out like ``heapscope run``'s, so every other command
+opens it: ``manifest.json`` names the process and its jemalloc, ``dumps/`` holds
+``jeprof.<pid>.<n>.m<n>.heap``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from heapscope.analysis.leaks import LeakReport, find_leaks
+from heapscope.analysis.series import load_series
+from heapscope.capture import session as sess
+from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
+from heapscope.formats.load import parse_dump_name
+from heapscope.symbols import SymbolOptions
+
+STATS = ("allocated", "active", "resident", "mapped", "retained")
+_EFAULT = 14
+
+
+@dataclass(frozen=True)
+class AttachOptions:
+    """How to attach: the bound on each gdb run and the allocator-busy retries."""
+
+    timeout: float = 60.0
+    retries: int = 2
+    retry_delay: float = 0.05
+
+
+@dataclass
+class AttachLog:
+    """What the attaches cost the target: pauses and how often a thread was in the allocator."""
+
+    attaches: int = 0
+    retries: int = 0
+    busy: int = 0  # attaches that found a thread inside the allocator
+    stopped_s: list[float] = field(default_factory=list)
+
+    def add(self, r: CallResult) -> None:
+        self.attaches += 1
+        self.retries += r.retries
+        self.busy += 1 if r.raw.get("busy_seen") else 0
+        self.stopped_s.append(r.stopped_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"attaches": self.attaches, "retries": self.retries,
+                "found_thread_in_allocator": self.busy,
+                "max_stopped_s": max(self.stopped_s, default=0.0)}
+
+    def line(self) -> str:
+        worst = max(self.stopped_s, default=0.0)
+        return (f"{self.attaches} attach{'es' if self.attaches != 1 else ''}, target stopped "
+                f"at most {worst * 1000:.0f} ms; a thread was inside the allocator in "
+                f"{self.busy} (retried {self.retries} time{'s' if self.retries != 1 else ''})")
+
+
+class Controller:
+    """One target process and the attaches made to it."""
+
+    def __init__(self, pid: int, opts: AttachOptions | None = None) -> None:
+        self.pid = pid
+        self.opts = opts or AttachOptions()
+        self.log = AttachLog()
+        self.symbol = ""
+
+    def run(self, ops: list[Op], *, need_prof: bool = True) -> CallResult:
+        r = call(self.pid, ops, need_prof=need_prof, timeout=self.opts.timeout,
+                 retries=self.opts.retries, retry_delay=self.opts.retry_delay)
+        self.log.add(r)
+        self.symbol = r.symbol
+        return r
+
+    # ---- actions --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """jemalloc's version, profiling state and heap statistics."""
+        ops = [Op("version", "str"), Op("config.prof", "bool"), Op("opt.prof", "bool"),
+               Op("prof.active", "bool"), Op("opt.prof_active", "bool"),
+               Op("prof.lg_sample", "size_t"), Op("opt.lg_prof_sample", "size_t"),
+               Op("opt.prof_prefix", "str"), Op("opt.lg_prof_interval", "ssize_t"),
+               Op("epoch", "uint64", 1, True)]
+        ops += [Op(f"stats.{s}", "size_t") for s in STATS]
+        r = self.run(ops, need_prof=False)
+        v = r.values
+        lg = v.get("prof.lg_sample", v.get("opt.lg_prof_sample"))
+        return {
+            "pid": self.pid,
+            **process_info(self.pid),
+            "symbol": r.symbol,
+            "version": v.get("version"),
+            "config_prof": bool(v.get("config.prof")),
+            "opt_prof": bool(v.get("opt.prof")),
+            "prof_active": v.get("prof.active") if r.rcs.get("prof.active") == 0 else None,
+            "lg_sample": lg,
+            "sample_bytes": (1 << lg) if isinstance(lg, int) else None,
+            "prof_prefix": v.get("opt.prof_prefix"),
+            "lg_prof_interval": v.get("opt.lg_prof_interval"),
+            "stats": {s: v.get(f"stats.{s}") for s in STATS},
+            "attach": {"threads": r.threads, "threads_in_allocator": r.busy_threads,
+                       "retries": r.retries, "stopped_s": r.stopped_s,
+                       "wall_s": round(r.wall_s, 3)},
+        }
+
+    def set_active(self, active: bool) -> bool:
+        """Write prof.active; return the value it had before."""
+        r = self.run([Op("prof.active", "bool"), Op("prof.active", "bool", active, True)])
+        if r.rcs.get("prof.active", 0) != 0:
+            raise AttachError(f"pid {self.pid}: setting prof.active failed "
+                              f"(errno {r.rcs['prof.active']})")
+        return bool(r.values.get("prof.active"))
+
+    def reset(self, lg_sample: int | None) -> int | None:
+        """prof.reset (with a new sample period when given); return prof.lg_sample after."""
+        r = self.run([Op("prof.reset", "size_t", lg_sample, True),
+                      Op("prof.lg_sample", "size_t")])
+        if r.rcs.get("prof.reset", 0) != 0:
+            raise AttachError(f"pid {self.pid}: prof.reset failed (errno {r.rcs['prof.reset']})")
+        lg = r.values.get("prof.lg_sample")
+        return lg if isinstance(lg, int) else None
+
+    def dump(self, path: str, extra: list[Op] | None = None) -> CallResult:
+        """Have the target write a dump to ``path`` (absolute), then check it is there."""
+        path = os.path.abspath(path)
+        r = self.run([Op("prof.dump", "str", path, True), *(extra or [])])
+        rc = r.rcs.get("prof.dump", 0)
+        if rc != 0 or not os.path.exists(path):
+            raise AttachError(_dump_problem(self.pid, path, rc))
+        return r
+
+
+def _dump_problem(pid: int, path: str, rc: int) -> str:
+    uid = _uid(pid)
+    who = f"uid {uid}" if uid is not None else "its own user"
+    root = os.path.realpath(f"/proc/{pid}/root")
+    where = " (it runs in another mount namespace/container: use a path it shares)" \
+        if root not in ("/", f"/proc/{pid}/root") else ""
+    what = "could not write" if rc in (0, _EFAULT) else f"failed with errno {rc} writing"
+    return (f"pid {pid} {what} {path}: the target writes the dump itself, as {who}; "
+            f"choose a folder it can write{where}")
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def process_info(pid: int) -> dict[str, Any]:
+    """exe, cmdline and ppid of a live process (empty values when unreadable)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        cmdline = []
+    ppid = None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            ppid = int(f.read().rsplit(")", 1)[-1].split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"exe": exe, "cmdline": cmdline, "ppid": ppid}
+
+
+# ---- sessions -------------------------------------------------------------------------------
+
+
+def default_session(pid: int, now: float | None = None) -> str:
+    """``heapscope-attach-<pid>-<YYYYmmdd-HHMMSS>``, not yet existing."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    base = f"heapscope-attach-{pid}-{stamp}"
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
+
+
+def open_session(ctl: Controller, path: str | None, facts: dict[str, Any] | None = None) -> str:
+    """An attach session for the target: an existing session folder, or a new one."""
+    if path is not None and os.path.isdir(path) and sess.read_manifest(path):
+        return os.path.abspath(path)
+    info = process_info(ctl.pid)
+    folder = sess.create(path or default_session(ctl.pid), info["cmdline"] or [str(ctl.pid)])
+    manifest: dict[str, Any] = {
+        "format": "heapscope-session",
+        "version": 1,
+        "mode": "attach",
+        "command": info["cmdline"],
+        "cwd": _cwd(ctl.pid),
+        "host": os.uname().nodename,
+        "start_time": time.time(),
+        "pid": ctl.pid,
+        "jemalloc": facts or {},
+        "processes": [{"pid": ctl.pid, "ppid": info["ppid"], "exe": info["exe"],
+                       "cmdline": info["cmdline"]}],
+    }
+    sess.write_json(os.path.join(folder, sess.MANIFEST), manifest)
+    return folder
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def next_dump_path(session: str, pid: int) -> str:
+    """``dumps/jeprof.<pid>.<n>.m<n>.heap`` after the session's dumps of that pid."""
+    dumps = os.path.join(session, "dumps")
+    n = 0
+    for name in os.listdir(dumps):
+        d = parse_dump_name(name)
+        if d is not None and d.pid == pid:
+            n = max(n, d.seq + 1, d.index + 1)
+    return os.path.join(dumps, f"jeprof.{pid}.{n}.m{n}.heap")
+
+
+def session_dumps(session: str, pid: int) -> list[str]:
+    """The session's dumps of ``pid``, oldest first."""
+    folder = os.path.join(session, "dumps")
+    found = []
+    for name in os.listdir(folder):
+        d = parse_dump_name(name)
+        if d is not None and d.pid == pid and name.endswith(".heap"):
+            found.append((d.seq, d.index, os.path.join(folder, name)))
+    return [p for *_k, p in sorted(found)]
+
+
+def jemalloc_facts(status: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``jemalloc`` entry from a status."""
+    return {"version": status.get("version"), "symbol": status.get("symbol"),
+            "prefix": "_rjem_" if str(status.get("symbol", "")).startswith("_rjem_") else "",
+            "config_prof": status.get("config_prof"), "opt_prof": status.get("opt_prof"),
+            "lg_sample": status.get("lg_sample"), "prof_prefix": status.get("prof_prefix"),
+            "attached": True}
+
+
+def update_manifest(session: str, **fields: Any) -> None:
+    """Merge ``fields`` into the session's manifest."""
+    m = sess.read_manifest(session)
+    m.update(fields)
+    sess.write_json(os.path.join(session, sess.MANIFEST), m)
+
+
+def analyse(session: str, pid: int, dumps: list[str], options: SymbolOptions,
+            progress: Callable[[str, int, int], None] | None = None) -> LeakReport:
+    """``heapscope leaks`` on these dumps of the target: load_series + find_leaks."""
+    series = load_series(pid, dumps, options, progress)
+    m = sess.read_manifest(session)
+    info = {p["pid"]: p for p in m.get("processes", [])
+            if isinstance(p, dict) and isinstance(p.get("pid"), int)}
+    return find_leaks([series], info=info, root=pid)
+
+
+def write_report(session: str, pid: int, report: LeakReport, kind: str,
+                 log: AttachLog, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """report.json for an attach session (the run report's schema, plus how it was taken)."""
+    doc: dict[str, Any] = {"format": "heapscope-report", "version": 1, "mode": kind,
+                           "pid": pid, "command": process_info(pid)["cmdline"]}
+    doc.update(report.as_dict())
+    doc["notes"] = list(report.notes)
+    doc["attach"] = log.as_dict()
+    if extra:
+        doc.update(extra)
+    sess.write_json(os.path.join(session, "report.json"), doc)
+    return doc
+
+
+def is_heap_file(path: str) -> bool:
+    """True when ``path`` names a dump file rather than a session folder."""
+    return bool(re.search(r"\.heap$", path)) and not os.path.isdir(path)

@@ -1,0 +1,258 @@
+"""``heapscope attach PID ACTION``: control the heap profiler of a running process through gdb."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from heapscope.capture import attach as at
+from heapscope.capture.conf import lg2, parse_size
+from heapscope.capture.gdbctl import NOPROF_HINT, AttachError, Op
+from heapscope.cli.common import add_symbol_options, symbol_options
+from heapscope.errors import HeapscopeError, UsageError
+from heapscope.progress import DelayedProgress
+from heapscope.render.leaks import render_leaks
+from heapscope.units import human_bytes
+
+ACTIONS = ("status", "dump", "start", "stop", "reset", "window", "watch")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``attach`` subcommand."""
+    p = sub.add_parser(
+        "attach", help="control the jemalloc heap profiler of a running process (gdb)",
+        description="Attach to a running process with gdb for a moment and call jemalloc's "
+                    "mallctl in it: show its profiler's state, make it dump, switch sampling "
+                    "on or off, or take a window/series of dumps and report leaks. The process "
+                    "must have been started with a profiling jemalloc and MALLOC_CONF="
+                    "prof:true (prof_active:false keeps sampling off until 'start').",
+        usage="heapscope attach PID {status,dump,start,stop,reset,window,watch} [options]")
+    p.add_argument("pid", type=int, metavar="PID", help="the process")
+    acts = p.add_subparsers(dest="action", metavar="ACTION")
+    acts.required = True
+
+    def action(name: str, text: str) -> argparse.ArgumentParser:
+        a = acts.add_parser(name, help=text, description=text)
+        a.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                       help="bound on each attach; gdb is interrupted, then killed (default 60)")
+        a.add_argument("--retries", type=int, default=2, metavar="N",
+                       help="re-attach up to N times while a thread is inside the allocator "
+                            "(default 2)")
+        return a
+
+    def session_opts(a: argparse.ArgumentParser, dump_file: bool = False) -> None:
+        a.add_argument("-o", "--session", dest="output", metavar="DIR" if not dump_file
+                       else "PATH", help="session folder (existing attach sessions are "
+                       "extended; default a new heapscope-attach-<pid>-<time>)"
+                       + ("; a path ending in .heap is the dump file itself" if dump_file
+                          else ""))
+
+    def report_opts(a: argparse.ArgumentParser) -> None:
+        a.add_argument("--format", choices=("text", "json"), default="text")
+        a.add_argument("--top", type=int, default=10, metavar="N", help="suspects to print")
+        add_symbol_options(a)
+
+    a = action("status", "jemalloc's version, profiling state, sample period and heap stats")
+    a.add_argument("--format", choices=("text", "json"), default="text")
+    a = action("dump", "make the process write a heap dump (prof.dump)")
+    session_opts(a, dump_file=True)
+    action("start", "activate sampling (prof.active=true)")
+    action("stop", "deactivate sampling (prof.active=false)")
+    a = action("reset", "forget every sample so far (prof.reset)")
+    a.add_argument("--sample", metavar="BYTES",
+                   help="new mean bytes between samples (rounded to a power of two)")
+    a = action("window", "dump, sample for N s, stop, settle M s, dump: what was allocated "
+                         "in the window and is still live")
+    a.add_argument("--seconds", type=float, required=True, metavar="N")
+    a.add_argument("--settle", type=float, default=None, metavar="M",
+                   help="wait after sampling stops (default: as long as the window)")
+    session_opts(a)
+    report_opts(a)
+    a = action("watch", "a dump every S seconds, then the leak report of the series")
+    a.add_argument("--every", type=float, required=True, metavar="S")
+    a.add_argument("--count", type=int, default=6, metavar="K",
+                   help="dumps to take (default 6; Ctrl-C stops early and reports)")
+    session_opts(a)
+    report_opts(a)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope attach``."""
+    if args.retries < 0 or args.timeout <= 0:
+        raise UsageError("--retries must be >= 0 and --timeout > 0")
+    ctl = at.Controller(args.pid, at.AttachOptions(timeout=args.timeout, retries=args.retries))
+    handler = {"status": _status, "dump": _dump, "start": _start, "stop": _stop,
+               "reset": _reset, "window": _window, "watch": _watch}[args.action]
+    rc = handler(ctl, args)
+    if args.action not in ("status",):
+        sys.stderr.write(f"heapscope: {ctl.log.line()}\n")
+    return rc
+
+
+def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
+    st = ctl.status()
+    if args.format == "json":
+        json.dump(st, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    out = sys.stdout
+    cmd = shlex.join(st["cmdline"]) if st["cmdline"] else st["exe"]
+    out.write(f"pid {st['pid']}  {cmd}\n")
+    out.write(f"jemalloc   {st['version'] or '?'}  ({st['symbol']})  "
+              f"config.prof {_yn(st['config_prof'])}\n")
+    sample = f"{human_bytes(st['sample_bytes'])} (lg {st['lg_sample']})" \
+        if st["sample_bytes"] else "-"
+    out.write(f"profiling  opt.prof {_yn(st['opt_prof'])}  prof.active "
+              f"{_yn(st['prof_active'])}  sample every {sample}  prefix "
+              f"{st['prof_prefix'] if st['prof_prefix'] is not None else '-'}\n")
+    stats = "  ".join(f"{k} {human_bytes(v) if isinstance(v, int) else '?'}"
+                      for k, v in st["stats"].items())
+    out.write(f"heap       {stats}\n")
+    a = st["attach"]
+    out.write(f"attach     stopped {a['stopped_s'] * 1000:.0f} ms, {a['threads']} threads "
+              f"({a['threads_in_allocator']} in the allocator, {a['retries']} retries)\n")
+    if not st["opt_prof"]:
+        out.write(f"note: profiling is off in this process; {NOPROF_HINT}\n")
+    return 0
+
+
+def _yn(v: object) -> str:
+    return "?" if v is None else ("true" if v else "false")
+
+
+def _facts(ctl: at.Controller) -> dict[str, Any]:
+    st = ctl.status()
+    if not st["opt_prof"]:
+        raise AttachError(f"pid {ctl.pid} was started without heap profiling "
+                             f"(opt.prof is false): {NOPROF_HINT}"
+                             if st["config_prof"] else
+                             f"pid {ctl.pid}: its jemalloc was built without profiling "
+                             "(config.prof is false)")
+    return at.jemalloc_facts(st)
+
+
+def _dump(ctl: at.Controller, args: argparse.Namespace) -> int:
+    if args.output and at.is_heap_file(args.output):
+        path = os.path.abspath(args.output)
+        ctl.dump(path)
+    else:
+        session = at.open_session(ctl, args.output, _facts(ctl))
+        path = at.next_dump_path(session, ctl.pid)
+        ctl.dump(path)
+    print(path)
+    return 0
+
+
+def _start(ctl: at.Controller, args: argparse.Namespace) -> int:
+    was = ctl.set_active(True)
+    print(f"pid {ctl.pid}: prof.active true (was {_yn(was)})")
+    return 0
+
+
+def _stop(ctl: at.Controller, args: argparse.Namespace) -> int:
+    was = ctl.set_active(False)
+    print(f"pid {ctl.pid}: prof.active false (was {_yn(was)})")
+    return 0
+
+
+def _reset(ctl: at.Controller, args: argparse.Namespace) -> int:
+    lg = lg2(parse_size(args.sample, "--sample")) if args.sample else None
+    now = ctl.reset(lg)
+    period = f", sample every {human_bytes(1 << now)} (lg {now})" if now is not None else ""
+    print(f"pid {ctl.pid}: profile reset{period}")
+    return 0
+
+
+def _window(ctl: at.Controller, args: argparse.Namespace) -> int:
+    if args.seconds <= 0 or (args.settle is not None and args.settle < 0):
+        raise UsageError("--seconds must be > 0 and --settle >= 0")
+    settle = args.seconds if args.settle is None else args.settle
+    session = at.open_session(ctl, args.output, _facts(ctl))
+    first = at.next_dump_path(session, ctl.pid)
+    was = bool(ctl.dump(first, [Op("prof.active", "bool")]).values.get("prof.active"))
+    restored = False
+    try:
+        ctl.set_active(True)
+        time.sleep(args.seconds)
+        ctl.set_active(False)
+        time.sleep(settle)
+        second = at.next_dump_path(session, ctl.pid)
+        ctl.dump(second, [Op("prof.active", "bool", was, True)])
+        restored = True
+    finally:
+        if not restored:
+            _restore(ctl, was)
+    note = (f"window: sampled {args.seconds:g} s, settled {settle:g} s; prof.active restored "
+            f"to {_yn(was)}")
+    return _report(ctl, args, session, [first, second], "window", note)
+
+
+def _restore(ctl: at.Controller, was: bool) -> None:
+    try:
+        ctl.set_active(was)
+    except HeapscopeError as e:
+        sys.stderr.write(f"heapscope: could not restore prof.active={_yn(was)}: {e}\n")
+
+
+def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
+    if args.every <= 0 or args.count < 2:
+        raise UsageError("--every must be > 0 and --count at least 2")
+    session = at.open_session(ctl, args.output, _facts(ctl))
+    dumps: list[str] = []
+    try:
+        for k in range(args.count):
+            if k:
+                time.sleep(args.every)
+            path = at.next_dump_path(session, ctl.pid)
+            ctl.dump(path)
+            dumps.append(path)
+    except KeyboardInterrupt:
+        if len(dumps) < 2:
+            raise
+        sys.stderr.write(f"heapscope: stopped after {len(dumps)} dumps\n")
+    return _report(ctl, args, session, at.session_dumps(session, ctl.pid), "watch",
+                   f"watch: {len(dumps)} dumps every {args.every:g} s")
+
+
+def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: Sequence[str],
+            kind: str, note: str) -> int:
+    with DelayedProgress() as bar:
+        report = at.analyse(session, ctl.pid, list(dumps), symbol_options(args), bar.update)
+    report.notes.insert(0, note)
+    doc = at.write_report(session, ctl.pid, report, kind, ctl.log,
+                          {"session": session, "dumps": list(dumps)})
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_leaks(sys.stdout, report, top=args.top)
+        sys.stdout.write(f"\nsession: {session}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m heapscope.cli.attach PID ACTION …`` (the same as ``heapscope attach``)."""
+    p = argparse.ArgumentParser(prog="heapscope")
+    register(p.add_subparsers(dest="command"))
+    args = p.parse_args(["attach", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        rc: int = args.func(args)
+        sys.stdout.flush()
+        return rc
+    except HeapscopeError as e:
+        print(f"heapscope: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("heapscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

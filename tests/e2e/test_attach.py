@@ -1,0 +1,314 @@
+"""``heapscope attach``: live control of real running targets through gdb, and the bad cases."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+HERE = Path(__file__).resolve().parent
+SERVER_C = HERE / "attachprog" / "server.c"
+CONF = "prof:true,lg_prof_sample:12"
+
+
+def _cli() -> list[str]:
+    from heapscope.cli import main
+
+    registered = "attach" in inspect.getsource(main)
+    return [sys.executable, "-m", "heapscope.cli.main" if registered else "heapscope.cli.attach"]
+
+
+def hs(*args: str, cache: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    cli = _cli()
+    argv = ["attach", *args] if cli[-1].endswith("main") else list(args)
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(cache))
+    p = subprocess.run([*cli, *argv], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("heapscope: error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def gdb() -> str:
+    path = shutil.which("gdb")
+    if path is None:
+        pytest.skip("gdb not installed: apt-get install gdb")
+    return path
+
+
+@pytest.fixture(scope="session")
+def server_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("attachprog") / "server"
+    subprocess.run([str(gcc), "-O1", "-g", "-pthread", "-o", str(out), str(SERVER_C)],
+                   check=True)
+    return out.resolve()
+
+
+class Target:
+    """A running test target; asks it for heartbeats over its stdin/stdout."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], ready: bool = True) -> None:
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.pid = self.proc.pid
+        if ready:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+            assert line.startswith("ready"), line
+
+    def ask(self) -> tuple[int, int]:
+        """(heartbeats so far, longest gap in µs since the last question)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("?\n")
+        self.proc.stdin.flush()
+        beats, gap = self.proc.stdout.readline().split()
+        return int(beats), int(gap)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+def _env(lib: Path | None, conf: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("MALLOC_CONF", None)
+    env.pop("LD_PRELOAD", None)
+    if lib is not None:
+        env["LD_PRELOAD"] = str(lib)
+    if conf is not None:
+        env["MALLOC_CONF"] = conf
+    return env
+
+
+@pytest.fixture
+def server(server_bin: Path, libjemalloc: Path, gdb: str) -> Iterator[Target]:
+    t = Target([str(server_bin)], _env(libjemalloc, CONF))
+    yield t
+    assert t.stop() == 0  # alive until the end, and exits normally on SIGTERM
+
+
+def test_status(server: Target, tmp_path: Path) -> None:
+    p = hs(str(server.pid), "status", "--format", "json", cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    st = json.loads(p.stdout)
+    assert st["version"].startswith("5.") and st["config_prof"] and st["opt_prof"]
+    assert st["prof_active"] is True and st["sample_bytes"] == 4096 and st["lg_sample"] == 12
+    assert st["exe"] == os.readlink(f"/proc/{server.pid}/exe")
+    assert all(isinstance(v, int) and v > 0 for v in st["stats"].values())
+    assert st["stats"]["resident"] >= st["stats"]["active"] >= st["stats"]["allocated"]
+    text = hs(str(server.pid), "status", cache=tmp_path / "c")
+    assert "opt.prof true" in text.stdout and "sample every 4.0 KiB" in text.stdout
+    server.ask()
+
+
+def test_dump_start_stop(server: Target, tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    p = hs(str(server.pid), "dump", "-o", str(s), cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    dump = Path(p.stdout.strip())
+    assert dump.parent == s / "dumps" and dump.name == f"jeprof.{server.pid}.0.m0.heap"
+    assert dump.read_text().startswith("heap_v2/4096")
+    manifest = json.loads((s / "manifest.json").read_text())
+    assert manifest["pid"] == server.pid and manifest["jemalloc"]["opt_prof"]
+    assert manifest["processes"][0]["exe"].endswith("server")
+    top = subprocess.run([sys.executable, "-m", "heapscope.cli.main", "top", str(s)],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")))
+    assert top.returncode == 0 and "slow_leak" in top.stdout, top.stderr
+    # A second dump extends the session; a named .heap file is written as it is.
+    p2 = hs(str(server.pid), "dump", "--session", str(s), cache=tmp_path / "c")
+    assert p2.stdout.strip().endswith(f"jeprof.{server.pid}.1.m1.heap")
+    f = tmp_path / "one.heap"
+    assert hs(str(server.pid), "dump", "-o", str(f), cache=tmp_path / "c").returncode == 0
+    assert f.read_text().startswith("heap_v2/")
+    p = hs(str(server.pid), "stop", cache=tmp_path / "c")
+    assert p.returncode == 0 and "prof.active false (was true)" in p.stdout, p.stderr
+    st = json.loads(hs(str(server.pid), "status", "--format", "json",
+                       cache=tmp_path / "c").stdout)
+    assert st["prof_active"] is False
+    p = hs(str(server.pid), "start", cache=tmp_path / "c")
+    assert "prof.active true (was false)" in p.stdout
+    p = hs(str(server.pid), "reset", "--sample", "8k", cache=tmp_path / "c")
+    assert p.returncode == 0 and "lg 13" in p.stdout, p.stderr
+    server.ask()
+
+
+def test_window_ranks_slow_leak_first(server: Target, tmp_path: Path) -> None:
+    s = tmp_path / "w"
+    p = hs(str(server.pid), "window", "--seconds", "3", "--settle", "1", "-o", str(s),
+           "--format", "json", cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["suspects"][0]["function"] == "slow_leak"
+    assert doc["suspects"][0]["verdict"] == "leak"
+    assert len(list((s / "dumps").glob("*.heap"))) == 2
+    assert json.loads((s / "report.json").read_text())["mode"] == "window"
+    st = json.loads(hs(str(server.pid), "status", "--format", "json",
+                       cache=tmp_path / "c").stdout)
+    assert st["prof_active"] is True  # restored
+
+
+def test_watch_series(server: Target, tmp_path: Path) -> None:
+    s = tmp_path / "watch"
+    p = hs(str(server.pid), "watch", "--every", "1", "--count", "6", "-o", str(s),
+           cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    assert "slow_leak" in p.stdout and "LEAKS" in p.stdout
+    leaks = subprocess.run([sys.executable, "-m", "heapscope.cli.main", "leaks", "--format",
+                            "json", str(s)], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")))
+    first = json.loads(leaks.stdout)["suspects"][0]
+    assert first["function"] == "slow_leak" and first["verdict"] == "leak"
+    assert len(first["series"]) == 6
+
+
+def test_python_target(libjemalloc: Path, gdb: str, tmp_path: Path) -> None:
+    code = ("import sys, time\nkeep = []\nprint('ready', flush=True)\n"
+            "while True:\n    keep.append(bytearray(10000))\n    time.sleep(0.001)\n")
+    t = Target([sys.executable, "-c", code], _env(libjemalloc, CONF))
+    try:
+        st = json.loads(hs(str(t.pid), "status", "--format", "json",
+                           cache=tmp_path / "c").stdout)
+        assert st["opt_prof"] and st["symbol"] == "mallctl"
+        p = hs(str(t.pid), "dump", "-o", str(tmp_path / "py"), cache=tmp_path / "c")
+        assert p.returncode == 0, p.stderr
+        assert Path(p.stdout.strip()).read_text().startswith("heap_v2/4096")
+        assert t.proc.poll() is None
+    finally:
+        t.proc.kill()
+        t.proc.wait()
+
+
+def test_target_without_prof(server_bin: Path, libjemalloc: Path, gdb: str,
+                             tmp_path: Path) -> None:
+    t = Target([str(server_bin)], _env(libjemalloc, None))
+    try:
+        st = hs(str(t.pid), "status", cache=tmp_path / "c")
+        assert st.returncode == 0 and "opt.prof false" in st.stdout
+        for action in (["dump", "-o", str(tmp_path / "x")], ["start"]):
+            err = one_line_error(hs(str(t.pid), *action, cache=tmp_path / "c"))
+            assert "MALLOC_CONF=prof:true" in err and "ENOENT" in err, err
+        t.ask()
+    finally:
+        assert t.stop() == 0
+
+
+def test_target_without_jemalloc(server_bin: Path, gdb: str, tmp_path: Path) -> None:
+    t = Target([str(server_bin)], _env(None, None))
+    try:
+        err = one_line_error(hs(str(t.pid), "status", cache=tmp_path / "c"))
+        assert "no jemalloc" in err and "mallctl" in err
+        t.ask()
+    finally:
+        assert t.stop() == 0
+
+
+def test_pid_that_does_not_exist(tmp_path: Path, gdb: str) -> None:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    err = one_line_error(hs(str(p.pid), "status", cache=tmp_path / "c"))
+    assert f"no process with pid {p.pid}" in err
+
+
+def test_pid_that_exits(server_bin: Path, libjemalloc: Path, gdb: str,
+                        tmp_path: Path) -> None:
+    # Exits 0.2 s after start (left unreaped: a zombie), and one that exits while watched.
+    quick = Target([str(server_bin), "200"], _env(libjemalloc, CONF), ready=False)
+    err = one_line_error(hs(str(quick.pid), "status", cache=tmp_path / "c"))
+    assert "exited" in err or "no process" in err, err
+    quick.proc.wait()
+    later = Target([str(server_bin), "2500"], _env(libjemalloc, CONF))
+    p = hs(str(later.pid), "watch", "--every", "0.05", "--count", "1000", "-o",
+           str(tmp_path / "gone"), cache=tmp_path / "c")
+    err = one_line_error(p)
+    assert f"process {later.pid}" in err and ("exited" in err or "no process" in err), err
+    assert later.proc.wait(timeout=10) == 0
+
+
+def test_stress_200_attach_and_dump(server: Target, tmp_path: Path) -> None:
+    """200 attach-and-dump cycles on the busy 7-thread target: it stays alive and responsive,
+    every dump is valid, no cycle exceeds its timeout; the heartbeat gaps measure the pause."""
+    from heapscope.capture.attach import AttachOptions, Controller
+    from heapscope.formats.load import load
+
+    cycles = int(os.environ.get("HEAPSCOPE_ATTACH_STRESS", "200"))
+    timeout = 20.0
+    # Normal heartbeat gaps over comparable periods, without attaching.
+    server.ask()
+    normal = []
+    for _ in range(10):
+        time.sleep(0.3)
+        normal.append(server.ask()[1])
+    ctl = Controller(server.pid, AttachOptions(timeout=timeout))
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    gaps: list[int] = []
+    walls: list[float] = []
+    beats_before = server.ask()[0]
+    start = time.monotonic()
+    for i in range(cycles):
+        t0 = time.monotonic()
+        r = ctl.dump(str(folder / f"jeprof.{server.pid}.{i}.m{i}.heap"))
+        walls.append(time.monotonic() - t0)
+        assert r.wall_s < timeout
+        _beats, gap = server.ask()  # answers: alive and responsive
+        gaps.append(gap)
+        assert server.proc.poll() is None
+    total = time.monotonic() - start
+    assert server.ask()[0] > beats_before
+    for i in range(cycles):
+        prof = load(str(folder / f"jeprof.{server.pid}.{i}.m{i}.heap"))
+        assert prof.samples
+    # Everything still works after the storm.
+    st = ctl.status()
+    assert st["prof_active"] is True
+    summary = {
+        "cycles": cycles, "total_s": round(total, 1),
+        "cycle_median_s": round(statistics.median(walls), 3),
+        "cycle_max_s": round(max(walls), 3),
+        "pause_median_ms": statistics.median(gaps) / 1000,
+        "pause_max_ms": max(gaps) / 1000,
+        "normal_gap_median_ms": statistics.median(normal) / 1000,
+        "normal_gap_max_ms": max(normal) / 1000,
+        "attaches_with_thread_in_allocator": ctl.log.busy,
+        "retries": ctl.log.retries,
+    }
+    print("\nATTACH-STRESS " + json.dumps(summary))
+    assert max(gaps) / 1000 < timeout * 1000
+
+
+def test_gdb_missing(tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path), HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))
+    cli = _cli()
+    argv = ["attach", str(os.getpid()), "status"] if cli[-1].endswith("main") \
+        else [str(os.getpid()), "status"]
+    p = subprocess.run([*cli, *argv], env=env, capture_output=True, text=True, timeout=60)
+    err = one_line_error(p)
+    assert "gdb not found" in err and "apt-get install gdb" in err
+    assert p.returncode == 4
