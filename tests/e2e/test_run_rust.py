@@ -214,3 +214,30 @@ def test_rjem_top_json(rjem_session: RunResult,
     for r in data["rows"]:
         if r["flat"] > 0:
             assert not r["name"].startswith(ALLOCATOR_PREFIXES), r
+
+
+def test_attach_to_a_running_prefixed_jemalloc(rjem_build: Path, tmp_path: Path) -> None:
+    """heapscope attach finds tikv-jemallocator's _rjem_mallctl in a live Rust process."""
+    if not shutil.which("gdb"):
+        pytest.skip("gdb not installed: apt-get install gdb")
+    env = dict(os.environ, RJEM_STAY_SECONDS="60",
+               _RJEM_MALLOC_CONF=f"prof:true,lg_prof_sample:12,prof_prefix:{tmp_path}/jeprof")
+    env.pop("LD_PRELOAD", None)
+    binary = rjem_build / "target" / "release" / BIN_NAME
+    proc = subprocess.Popen([str(binary)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        status = hs("attach", str(proc.pid), "status", "--format", "json", cache=tmp_path / "c")
+        assert status.returncode == 0, status.stderr
+        facts = json.loads(status.stdout)
+        assert facts["opt_prof"] is True and facts["symbol"] == "_rjem_mallctl"
+        session = tmp_path / "s"
+        dump = hs("attach", str(proc.pid), "dump", "-o", str(session), cache=tmp_path / "c")
+        assert dump.returncode == 0, dump.stderr
+        top = hs("top", "--format", "json", "-n", "3", str(session), cache=tmp_path / "c")
+        first = json.loads(top.stdout)["rows"][0]["name"]
+        assert "app::store::Store" in first and "insert" in first, first
+        assert proc.poll() is None  # still running after the attaches
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -321,6 +321,9 @@ for _cmd in ("set confirm off", "set pagination off", "set height 0", "set width
              f"set direct-call-timeout {int(P['call_timeout'])}", "set unwind-on-timeout on",
              "set print thread-events off", "set print inferior-events off",
              "set breakpoint pending off", "set step-mode off",
+             # The injected call is written in C; a Rust, C++ or Go frame must not change
+             # how gdb parses it.
+             "set language c",
              "handle all nostop noprint pass"):
     quiet(_cmd)
 if P.get("no_debug_files"):

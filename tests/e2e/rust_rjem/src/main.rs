@@ -116,6 +116,15 @@ fn main() {
     }
     let n = app::churn::churn(50_000);
     std::hint::black_box(n);
+    // RJEM_STAY_SECONDS=N keeps the process alive (for heapscope attach), leaking slowly.
+    if let Some(secs) = std::env::var("RJEM_STAY_SECONDS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        println!("ready");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < until {
+            store.insert(7);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     // The Vec of pointers is freed; the 20,000 boxes it pointed to are not.
     drop(std::hint::black_box(store));
 }
