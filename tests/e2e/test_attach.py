@@ -312,3 +312,39 @@ def test_gdb_missing(tmp_path: Path) -> None:
     err = one_line_error(p)
     assert "gdb not found" in err and "apt-get install gdb" in err
     assert p.returncode == 4
+
+
+def test_ptrace_refused_is_explained(tmp_path: Path) -> None:
+    """An unprivileged user attaching to root's process gets EPERM from ptrace: one line."""
+    import pwd
+    import sysconfig
+
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("needs root and runuser to attach as an unprivileged user")
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' user to attach as")
+    python = "/usr/bin/python3"
+    version = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+    if not os.path.exists(python) or version != str(tuple(sys.version_info[:2])):
+        pytest.skip("needs a system python3 of this version that 'nobody' can run")
+    src = Path(__file__).resolve().parents[2] / "src"
+    site = sysconfig.get_paths()["purelib"]
+    target = subprocess.Popen(["sleep", "30"])
+    try:
+        p = subprocess.run(["runuser", "-u", "nobody", "--", "env",
+                            f"PYTHONPATH={src}:{site}", "HOME=/tmp", python, "-m",
+                            "heapscope.cli.main", "attach", str(target.pid), "status"],
+                           capture_output=True, text=True, timeout=120)
+        if "Permission denied" in p.stderr and "runuser" in p.stderr:
+            pytest.skip("'nobody' cannot read this checkout or its packages")
+        assert p.returncode == 4, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "ptrace refused" in lines[0]
+        assert "ptrace_scope" in lines[0] and "CAP_SYS_PTRACE" in lines[0]
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
