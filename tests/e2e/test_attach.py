@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -24,10 +23,7 @@ CONF = "prof:true,lg_prof_sample:12"
 
 
 def _cli() -> list[str]:
-    from heapscope.cli import main
-
-    registered = "attach" in inspect.getsource(main)
-    return [sys.executable, "-m", "heapscope.cli.main" if registered else "heapscope.cli.attach"]
+    return [sys.executable, "-m", "heapscope.cli.main"]
 
 
 def hs(*args: str, cache: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -20,6 +20,7 @@ from heapscope.analysis.leaks import LeakReport, find_leaks
 from heapscope.analysis.series import load_series
 from heapscope.capture import session as sess
 from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
+from heapscope.capture.procevents import read_image
 from heapscope.formats.load import parse_dump_name
 from heapscope.symbols import SymbolOptions
 
@@ -161,15 +162,7 @@ def _uid(pid: int) -> int | None:
 
 def process_info(pid: int) -> dict[str, Any]:
     """exe, cmdline and ppid of a live process (empty values when unreadable)."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = ""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        cmdline = []
+    exe, cmdline = read_image(pid)
     ppid = None
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:

@@ -93,10 +93,10 @@ class ProcEvents:
                         self.parent[ctgid] = ptgid
             elif what == _EXEC and body + 8 <= len(data):
                 _pid, tgid = struct.unpack_from("=II", data, body)
-                image = _read_image(tgid)
-                if image is not None:
+                exe, argv = read_image(tgid)
+                if exe:
                     with self.lock:
-                        self.image[tgid] = image
+                        self.image[tgid] = (exe, argv)
             if length <= 0:
                 break
             offset += (length + 3) & ~3
@@ -108,11 +108,15 @@ def _control(op: int) -> bytes:
     return struct.pack("=IHHII", 16 + len(cn), _NLMSG_DONE, 0, 0, os.getpid()) + cn
 
 
-def _read_image(pid: int) -> tuple[str, list[str]] | None:
+def read_image(pid: int) -> tuple[str, list[str]]:
+    """The executable and command line of a live process ("" and [] when unreadable)."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
     except OSError:
-        return None
+        argv = []
     return exe, argv

@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from heapscope.capture.procevents import ProcEvents
+from heapscope.capture.procevents import ProcEvents, read_image
 
 
 @dataclass
@@ -45,19 +45,6 @@ def _stat(pid: int) -> tuple[int, int] | None:
         return int(rest[1]), int(rest[21]) * _PAGE
     except (IndexError, ValueError):
         return None
-
-
-def _details(pid: int) -> tuple[str, list[str]]:
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = ""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        cmd = []
-    return exe, cmd
 
 
 class TreeWatcher:
@@ -149,12 +136,12 @@ class TreeWatcher:
                 ppid, rss = stats[pid]
                 info = self.procs.get(pid)
                 if info is None:
-                    exe, cmd = _details(pid)
+                    exe, cmd = read_image(pid)
                     info = self.procs[pid] = ProcInfo(pid, ppid, exe, cmd, t)
                 else:
                     # exec() may have replaced the image, and servers retitle forked children
                     # (postgres: "postgres: user db [local] idle"): keep the latest.
-                    exe, cmd = _details(pid)
+                    exe, cmd = read_image(pid)
                     if exe:
                         info.exe = exe
                     if cmd:

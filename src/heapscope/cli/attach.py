@@ -235,24 +235,3 @@ def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: S
         render_leaks(sys.stdout, report, top=args.top)
         sys.stdout.write(f"\nsession: {session}\n")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m heapscope.cli.attach PID ACTION …`` (the same as ``heapscope attach``)."""
-    p = argparse.ArgumentParser(prog="heapscope")
-    register(p.add_subparsers(dest="command"))
-    args = p.parse_args(["attach", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        rc: int = args.func(args)
-        sys.stdout.flush()
-        return rc
-    except HeapscopeError as e:
-        print(f"heapscope: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("heapscope: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
