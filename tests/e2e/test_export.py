@@ -19,8 +19,8 @@ from typing import Any
 import jemalloc as je
 import pytest
 
+from heapscope.formats.pprof import decode_profile
 from heapscope.model import Mapping
-from heapscope.render.pprof import decode_profile
 from heapscope.symbols.elf import ElfInfo
 
 pytestmark = pytest.mark.e2e

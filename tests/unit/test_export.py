@@ -15,17 +15,11 @@ import pytest
 
 from heapscope.cli import export
 from heapscope.formats import symbolized
+from heapscope.formats.pprof import decode_profile, read_fields
 from heapscope.model import INUSE_SPACE, Mapping, Profile, Sample, Thread, ThreadValues
 from heapscope.render.callgrind import render_callgrind
 from heapscope.render.collapsed import collapse, render_collapsed
-from heapscope.render.pprof import (
-    PprofOptions,
-    decode_profile,
-    encode_profile,
-    read_fields,
-    render_pprof,
-    varint,
-)
+from heapscope.render.pprof import PprofOptions, encode_profile, render_pprof, varint
 from heapscope.render.profile_json import profile_dict
 
 from .builders import EXE, LIBC, Builder
