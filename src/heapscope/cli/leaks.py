@@ -15,6 +15,7 @@ from heapscope.capture.conf import parse_size
 from heapscope.capture.session import read_manifest
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
 from heapscope.cli.pictures import print_commands, write_html
+from heapscope.errors import UsageError
 from heapscope.prepare import expand_inputs, is_session
 from heapscope.progress import DelayedProgress
 from heapscope.render.leaks import render_leaks
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Classify every allocation site of every process as leak, bounded, churn "
                     "or steady from a series of dumps (a session, a folder of dumps, or "
                     "dump files); a single dump at exit lists what is still live.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="session, folder or dump files")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="session, folder or dump files")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--suppressions", action="append", default=[], metavar="FILE",
                    help="LeakSanitizer-style file of leak:PATTERN lines (repeatable)")
@@ -55,8 +56,25 @@ def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | No
     return info, root
 
 
+def _fail_threshold(args: argparse.Namespace) -> int | None:
+    """The --fail-on-leak threshold; a path it swallowed (``--fail-on-leak SESSION``) is
+    given back to the paths."""
+    value = args.fail_on_leak
+    if value is None:
+        return None
+    if value == "0":
+        return 0
+    if os.path.exists(value) and not value.strip().isdigit():
+        args.paths.insert(0, value)
+        return 0
+    return parse_size(value, "--fail-on-leak")
+
+
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope leaks``."""
+    threshold = _fail_threshold(args)
+    if not args.paths:
+        raise UsageError("no session, folder or dump given: heapscope leaks PATH…")
     rules = [r for f in args.suppressions for r in read_file(f)]
     dumps = expand_inputs(args.paths)
     info, root = _session_info(args.paths)
@@ -79,11 +97,8 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(args.html, exist_ok=True)
         for path in write_html(args.paths[0], args.html):
             print(f"heapscope: wrote {path}", file=sys.stderr)
-    if args.fail_on_leak is not None:
-        threshold = parse_size(args.fail_on_leak, "--fail-on-leak") \
-            if args.fail_on_leak != "0" else 0
-        if report.leak_bytes > threshold:
-            print(f"heapscope: leaks hold {int(report.leak_bytes)} bytes (> {threshold}): "
-                  f"exit {LEAK_EXIT}", file=sys.stderr)
-            return LEAK_EXIT
+    if threshold is not None and report.leak_bytes > threshold:
+        print(f"heapscope: leaks hold {int(report.leak_bytes)} bytes (> {threshold}): "
+              f"exit {LEAK_EXIT}", file=sys.stderr)
+        return LEAK_EXIT
     return 0
