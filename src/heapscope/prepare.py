@@ -14,7 +14,7 @@ from heapscope.analysis.prune import prune
 from heapscope.analysis.unsample import unsample
 from heapscope.errors import InputError
 from heapscope.formats.cache import load_cached
-from heapscope.formats.load import parse_dump_name
+from heapscope.formats.load import dump_order, parse_dump_name
 from heapscope.formats.symbolized import SUFFIX
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
@@ -28,13 +28,6 @@ class Prepared:
 
     profile: Profile
     diagnostics: tuple[Diagnostic, ...] = field(default=())
-
-
-def _dump_order(path: str) -> tuple[int, int, int, str]:
-    name = parse_dump_name(path.removesuffix(SUFFIX))
-    if name is None:
-        return (1 << 62, 0, 0, path)
-    return (name.pid, name.seq, (1 << 30) if name.kind == "f" else name.index, path)
 
 
 def _dumps_in(folder: str) -> list[str]:
@@ -78,11 +71,11 @@ def expand_inputs(paths: Iterable[str], *, latest: bool = False) -> list[str]:
             found = session_dumps(p) if is_session(p) else _dumps_in(p)
             if not found:
                 raise InputError(p, "folder holds no .heap dumps")
-            ordered = sorted(found, key=_dump_order)
+            ordered = sorted(found, key=dump_order)
             if latest:
                 newest: dict[int | str, str] = {}
                 for path in ordered:
-                    name = parse_dump_name(path.removesuffix(SUFFIX))
+                    name = parse_dump_name(path)
                     newest[name.pid if name else path] = path
                 ordered = list(newest.values())
             out.extend(ordered)

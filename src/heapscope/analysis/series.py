@@ -9,7 +9,6 @@ their addresses, and pruned with one memo: a hundred dumps cost little more than
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,7 +17,7 @@ from heapscope.analysis.prune import prune
 from heapscope.analysis.unsample import scale_values, unsample
 from heapscope.errors import HeapscopeError
 from heapscope.formats.jemalloc import ParseCache
-from heapscope.formats.load import load, parse_dump_name
+from heapscope.formats.load import dump_order, load, parse_dump_name
 from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Mapping, Profile, Sample
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -69,14 +68,6 @@ def frame_texts(loc: Location) -> list[str]:
     if not loc.frames:
         return [loc.fallback_name]
     return [f"{f.function} {f.file}:{f.line}" if f.file else f.function for f in loc.frames]
-
-
-def dump_order(path: str) -> tuple[int, int, int, str]:
-    """Sort key: pid, sequence, kind index (final dumps last), name."""
-    d = parse_dump_name(path.removesuffix(".json.gz") if path.endswith(".json.gz") else path)
-    if d is None:
-        return (-1, 0, 0, path)
-    return (d.pid, d.seq, (1 << 30) if d.kind == "f" else d.index, path)
 
 
 def group_by_pid(paths: list[str]) -> dict[int | None, list[str]]:
@@ -189,9 +180,3 @@ def _tally(raw: Profile, site_of: dict[tuple[int, ...], SiteKey]) -> dict[SiteKe
             acc[0] += v[INUSE_SPACE]
             acc[1] += v[INUSE_OBJECTS]
     return out
-
-
-def pid_of(path: str) -> int | None:
-    """The pid in a dump's file name, if any."""
-    d = parse_dump_name(os.path.basename(path))
-    return d.pid if d else None

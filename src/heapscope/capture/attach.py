@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.analysis.leaks import LeakReport, find_leaks
-from heapscope.analysis.series import load_series
+from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
 from heapscope.capture.procevents import read_image
@@ -228,14 +228,10 @@ def next_dump_path(session: str, pid: int) -> str:
 
 
 def session_dumps(session: str, pid: int) -> list[str]:
-    """The session's dumps of ``pid``, oldest first."""
+    """The session's dumps of ``pid``, oldest first (jemalloc's order)."""
     folder = os.path.join(session, "dumps")
-    found = []
-    for name in os.listdir(folder):
-        d = parse_dump_name(name)
-        if d is not None and d.pid == pid and name.endswith(".heap"):
-            found.append((d.seq, d.index, os.path.join(folder, name)))
-    return [p for *_k, p in sorted(found)]
+    names = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".heap")]
+    return group_by_pid(names).get(pid, [])
 
 
 def jemalloc_facts(status: dict[str, Any]) -> dict[str, Any]:

@@ -17,10 +17,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from heapscope.errors import ToolError
+from heapscope.symbols.elf import ElfError
+from heapscope.symbols.symtab import defined_functions
 
 INSTALL_HINT = (
     "install a jemalloc built with profiling: Debian/Ubuntu: apt-get install libjemalloc2; "
@@ -156,18 +155,8 @@ def inspect_target(name: str) -> Target:
         return Target(None, False, False, "", False, False)
     is_java = os.path.basename(os.path.realpath(path)) == "java"
     try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            names: set[str] = set()
-            for section in (".dynsym", ".symtab"):
-                sec = elf.get_section_by_name(section)
-                if sec is None or not hasattr(sec, "iter_symbols"):
-                    continue
-                for sym in sec.iter_symbols():
-                    if sym["st_shndx"] != "SHN_UNDEF" and ("mallctl" in sym.name
-                                                            or "prof_backtrace" in sym.name):
-                        names.add(sym.name)
-    except (OSError, ELFError):
+        names = defined_functions(path)
+    except ElfError:  # a script, or not an executable we can read
         return Target(path, False, False, "", False, is_java)
     prefix = "_rjem_" if "_rjem_mallctl" in names else ""
     own = prefix != "" or "mallctl" in names

@@ -11,15 +11,14 @@ from typing import Any
 
 from heapscope.analysis.leaks import LeakReport, ProcessFinding, find_leaks
 from heapscope.analysis.processes import QUIET_ROLES, role
-from heapscope.analysis.series import ProcessSeries, load_series
+from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.conf import build_conf, env_var
-from heapscope.capture.jemalloc import JemallocLib, find_jemalloc, inspect_target
+from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspect_target
 from heapscope.capture.launch import CommandNotFound, RunResult
 from heapscope.capture.launch import run as launch
 from heapscope.errors import HeapscopeError
 from heapscope.formats import symbolized
-from heapscope.formats.load import parse_dump_name
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.elf import ElfError, ElfInfo
@@ -81,12 +80,9 @@ def _version_at_least(version: str, major: int, minor: int) -> bool:
     return m is not None and (int(m.group(1)), int(m.group(2))) >= (major, minor)
 
 
-def choose_jemalloc(cmd: list[str], explicit: str | None) -> JemallocLib:
+def choose_jemalloc(target: Target, explicit: str | None) -> JemallocLib:
     """The jemalloc to use: the program's own when it links one, else a shared one."""
-    target = inspect_target(cmd[0])
-    if target.path is None:
-        raise CommandNotFound(f"{cmd[0]}: command not found")
-    if target.own_jemalloc and not explicit:
+    if target.path is not None and target.own_jemalloc and not explicit:
         return JemallocLib(path=target.path, version="", prof=target.prof_symbols,
                            prefix=target.prefix, preload=False)
     return find_jemalloc(explicit)
@@ -110,7 +106,10 @@ def build_env(lib: JemallocLib, conf: str, java: bool) -> dict[str, str]:
 def run_session(cmd: list[str], opts: RunOptions,
                 progress: Callable[[str, int, int], None] | None = None) -> SessionResult:
     """Launch ``cmd`` under heap profiling and return what it left, symbolized and ranked."""
-    lib = choose_jemalloc(cmd, opts.jemalloc)
+    target = inspect_target(cmd[0])
+    if target.path is None:
+        raise CommandNotFound(f"{cmd[0]}: command not found")
+    lib = choose_jemalloc(target, opts.jemalloc)
     path = sess.create(opts.output, cmd)
     dumps_dir = os.path.join(path, "dumps")
     conf = build_conf(
@@ -118,9 +117,7 @@ def run_session(cmd: list[str], opts: RunOptions,
         gdump=opts.gdump, accum=opts.accum, extra=opts.extra_conf,
         thread_names=lib.preload and _version_at_least(lib.version, 5, 3),
     )
-    java = os.path.basename(os.path.realpath(cmd[0])) == "java" or (
-        inspect_target(cmd[0]).is_java)
-    env = build_env(lib, conf, java)
+    env = build_env(lib, conf, target.is_java)
     start = time.time()
     manifest = sess.manifest_base(cmd, env_var(lib.prefix), conf,
                                   {"path": lib.path, "version": lib.version,
@@ -167,15 +164,9 @@ def _write_rss(path: str, result: RunResult) -> None:
 
 
 def _final_dumps(dumps_dir: str) -> dict[int, list[str]]:
-    """Dumps by pid, each pid's list in jemalloc's order (numeric sequence)."""
-    by_pid: dict[int, list[tuple[int, int, str]]] = {}
-    for name in os.listdir(dumps_dir):
-        d = parse_dump_name(name)
-        if d is None or not name.endswith(".heap"):
-            continue
-        order = (d.seq, 1 << 30 if d.kind == "f" else d.index)
-        by_pid.setdefault(d.pid, []).append((*order, os.path.join(dumps_dir, name)))
-    return {pid: [p for *_o, p in sorted(items)] for pid, items in by_pid.items()}
+    """The session's dumps by pid, each pid's list in jemalloc's order."""
+    names = [os.path.join(dumps_dir, n) for n in os.listdir(dumps_dir) if n.endswith(".heap")]
+    return {pid: paths for pid, paths in group_by_pid(names).items() if pid is not None}
 
 
 def _module_build_ids(profiles: list[Profile]) -> dict[str, str]:

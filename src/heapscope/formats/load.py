@@ -45,6 +45,15 @@ def parse_dump_name(path: str) -> DumpName | None:
     )
 
 
+def dump_order(path: str) -> tuple[int, int, int, str]:
+    """Sort key in jemalloc's own order: pid, sequence, then the index of ``i``/``m``/``u``
+    dumps numerically (``m10`` after ``m9``), the final dump last; unnamed files at the end."""
+    d = parse_dump_name(path)
+    if d is None:
+        return (1 << 62, 0, 0, path)
+    return (d.pid, d.seq, (1 << 30) if d.kind == "f" else d.index, path)
+
+
 def read_text(path: str) -> str:
     """Read a dump's text, transparently decompressing gzip, with one-line errors."""
     try:

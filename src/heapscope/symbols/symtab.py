@@ -93,6 +93,17 @@ class SymbolTable:
             raise ElfError(f"{path}: corrupt symbol table ({type(exc).__name__})") from exc
 
 
+def defined_functions(path: str) -> set[str]:
+    """Names of the functions ``path`` defines (``.symtab``, else ``.dynsym``)."""
+    try:
+        with open(path, "rb") as fh:
+            return {name for _start, _size, name, _bind in _read_functions(ELFFile(fh))}
+    except OSError as exc:
+        raise ElfError(f"{path}: {exc.strerror or exc}") from exc
+    except Exception as exc:
+        raise ElfError(f"{path}: unreadable ELF ({type(exc).__name__})") from exc
+
+
 def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
