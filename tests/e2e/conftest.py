@@ -276,3 +276,9 @@ def leaky_rust_legacy(e2e_dir: Path, rustc: Path, libjemalloc: Path) -> Profiled
 def leaky_rust_v0(e2e_dir: Path, rustc: Path, libjemalloc: Path) -> ProfiledProgram:
     """leaky.rs with ``-C symbol-mangling-version=v0`` (``_R...`` symbols)."""
     return _leaky_rust(e2e_dir, rustc, libjemalloc, "v0", ("-C", "symbol-mangling-version=v0"))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One HEAPSCOPE_CACHE_DIR for the e2e tests that may share a symbol cache."""
+    return tmp_path_factory.mktemp("hs-cache")

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -533,3 +534,32 @@ LEAKY_RS_INUSE_OBJECTS = 1_501
 def within(value: float, truth: float, rel: float) -> bool:
     """|value - truth| <= rel * truth."""
     return math.isclose(value, truth, rel_tol=rel, abs_tol=0.0)
+
+
+HEAPSCOPE_CMD = (sys.executable, "-m", "heapscope.cli.main")
+PROFILING_ENV = ("LD_PRELOAD", "MALLOC_CONF", "_RJEM_MALLOC_CONF")
+
+
+def run_heapscope(*args: str, cache: Path | None = None, stdin: str | None = None,
+                  cwd: Path | None = None, env: dict[str, str] | None = None,
+                  timeout: float = 300, check: bool = False,
+                  unprofiled: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real ``heapscope`` command line in a subprocess.
+
+    ``cache`` becomes its HEAPSCOPE_CACHE_DIR; ``unprofiled`` removes LD_PRELOAD and
+    MALLOC_CONF from the environment so heapscope itself is not profiled; ``check`` turns a
+    non-zero exit into an assertion with its stderr. A traceback is always a failure.
+    """
+    full = dict(os.environ)
+    if unprofiled:
+        for key in PROFILING_ENV:
+            full.pop(key, None)
+    if cache is not None:
+        full["HEAPSCOPE_CACHE_DIR"] = str(cache)
+    full.update(env or {})
+    p = subprocess.run([*HEAPSCOPE_CMD, *args], env=full, input=stdin, capture_output=True,
+                       text=True, timeout=timeout, cwd=cwd)
+    if check and p.returncode != 0:
+        raise AssertionError(f"heapscope {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
+    assert "Traceback" not in p.stderr, p.stderr
+    return p

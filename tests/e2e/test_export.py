@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -44,11 +43,6 @@ UNIT = _unit_helpers()
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hs-export-cache")
-
-
-@pytest.fixture(scope="session")
 def go() -> str:
     path = shutil.which("go")
     if path is None:
@@ -66,12 +60,7 @@ def callgrind_annotate() -> str:
 
 
 def heapscope(*args: str, cache: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(cache))
-    p = subprocess.run([*CMD, *args], env=env, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"heapscope {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return je.run_heapscope(*args, cache=cache, check=check)
 
 
 def export(dump: Path, out: Path, fmt: str, *args: str, cache: Path) -> Path:

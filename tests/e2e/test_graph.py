@@ -12,17 +12,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import jemalloc as je
 import pytest
 
 pytestmark = pytest.mark.e2e
 
 SVG = "{http://www.w3.org/2000/svg}"
 CMD = [sys.executable, "-m", "heapscope.cli.main"]
-
-
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hs-graph-cache")
 
 
 @pytest.fixture(scope="session")
@@ -35,17 +31,7 @@ def dot() -> str:
 
 def heapscope(*args: str, cache: Path | None = None, env: dict[str, str] | None = None,
               check: bool = True) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ)
-    if cache is not None:
-        full["HEAPSCOPE_CACHE_DIR"] = str(cache)
-    full.update(env or {})
-    p = subprocess.run([*CMD, "graph", *args], env=full, capture_output=True, text=True,
-                       timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"heapscope graph {' '.join(args)} failed ({p.returncode}):\n"
-                             f"{p.stderr}")
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return je.run_heapscope("graph", *args, cache=cache, env=env, check=check)
 
 
 def svg_texts(path: Path) -> tuple[ET.Element, str]:

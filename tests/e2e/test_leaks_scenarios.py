@@ -32,10 +32,8 @@ over all scenarios (run ``pytest -s`` to see the table) and requires both to be 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -142,13 +140,7 @@ class ScenarioError(AssertionError):
 
 def hs(*args: str, cache: Path, cwd: Path | None = None,
        timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(cache))
-    for key in ("LD_PRELOAD", "MALLOC_CONF", "_RJEM_MALLOC_CONF"):
-        env.pop(key, None)
-    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", *args], env=env,
-                       capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return je.run_heapscope(*args, cache=cache, cwd=cwd, timeout=timeout, unprofiled=True)
 
 
 @dataclass

@@ -22,11 +22,7 @@ PY = sys.executable
 
 def hs(*args: str, cache: Path, stdin: str | None = None, cwd: Path | None = None,
        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(cache))
-    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", *args], env=env,
-                       input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return je.run_heapscope(*args, cache=cache, stdin=stdin, cwd=cwd, timeout=timeout)
 
 
 def report(session: Path) -> dict[str, Any]:

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +71,7 @@ RunResult = tuple[Path, subprocess.CompletedProcess[str]]  # (session folder, he
 
 def hs(*args: str, cache: Path, cwd: Path | None = None,
        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(cache))
-    env.pop("MALLOC_CONF", None)
-    env.pop("_RJEM_MALLOC_CONF", None)
-    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", *args], env=env,
-                       capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return je.run_heapscope(*args, cache=cache, cwd=cwd, timeout=timeout, unprofiled=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -4,11 +4,9 @@ of each program and against jeprof on the same dumps."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +16,9 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hs-cache")
-
-
 def heapscope(*args: str, cache: Path | None = None, stdin: str | None = None,
               check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if cache is not None:
-        env["HEAPSCOPE_CACHE_DIR"] = str(cache)
-    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", *args], env=env,
-                       input=stdin, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"heapscope {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return je.run_heapscope(*args, cache=cache, stdin=stdin, check=check)
 
 
 def top_json(dump: Path, *args: str, cache: Path | None = None) -> dict[str, Any]:
