@@ -449,6 +449,13 @@ class PgCluster:
         except (OSError, ValueError, IndexError):
             return None
 
+    def start(self, argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[Any]:
+        """Start ``argv`` (the server, possibly behind heapscope) in its own session, its
+        output going to ``log``."""
+        with log.open("w") as out:
+            return subprocess.Popen(argv, cwd=self.base, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
     def wait_ready(self, proc: subprocess.Popen[Any], log: Path, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -698,15 +705,7 @@ def postgres_run(
     session = pg_cluster.base / "session"
     log = pg_cluster.base / "postgres-run.log"
     argv = run_argv(session, pg_cluster.server_cmd())
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            argv,
-            cwd=pg_cluster.base,
-            env=heapscope_env(heapscope_cache),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = pg_cluster.start(argv, heapscope_env(heapscope_cache), log)
     try:
         pg_cluster.wait_ready(proc, log)
         postmaster = pg_cluster.postmaster_pid()

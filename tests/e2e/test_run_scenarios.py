@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -200,15 +199,7 @@ def test_postgres_truth(
     dumps.mkdir(mode=0o1777)
     dumps.chmod(0o1777)  # the server's user writes here
     log = pg_cluster.base / "truth.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            pg_cluster.server_cmd(),
-            cwd=pg_cluster.base,
-            env=sc.direct_env(libjemalloc, dumps),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = pg_cluster.start(pg_cluster.server_cmd(), sc.direct_env(libjemalloc, dumps), log)
     try:
         pg_cluster.wait_ready(proc, log)
         postmaster = pg_cluster.postmaster_pid()

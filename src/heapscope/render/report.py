@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import TextIO
 
@@ -33,12 +34,7 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:
     leaks = [f for f in res.leaks.findings if f.verdict == LEAK]
     if leaks:
         fn = leaks[0].function
-        out.write(f"  heapscope top --lines --focus {shlex.quote(_regex(fn))} {q}\n")
+        out.write(f"  heapscope top --lines --focus {shlex.quote(re.escape(fn))} {q}\n")
     out.write(f"  heapscope leaks {q}\n")
     out.write(f"  report: {shlex.quote(res.path + '/report.json')}\n")
     print_commands(out, res.path, res.path)
-
-
-def _regex(name: str) -> str:
-    special = set(".^$*+?{}[]\\|()")
-    return "".join("\\" + c if c in special else c for c in name)
