@@ -1,278 +1,486 @@
-"""Classify one allocation site's live bytes over a series of dumps: leak, bounded, churn, steady.
+"""Judge allocation sites' live memory over a series of dumps: leak, bounded, growing, churn.
 
-The estimates are sampled: with a mean sampling period of R bytes, a site holding b bytes of
-small objects is seen through about b/R samples of weight about R each, so its estimate jitters
-by roughly sqrt(R·b) bytes from dump to dump (Poisson). Decisions therefore use rank statistics
-that ignore the size of the jitter (complete separation of start and end, the Theil–Sen slope;
-the Mann–Kendall z is reported as evidence) together with that noise scale: a rise counts only
-when it is several noise widths tall.
+The model follows how jemalloc samples. A dump holds, per site, the number ``c`` of sampled
+objects still live; a sampled object stays until its object is freed. So a site's count is
+a *persistent* part (objects that stay: leaked objects, or a cache's content, which changes
+only as objects are added or evicted) plus a *transient* part (objects renewed between dumps:
+request buffers). In sample units:
 
-- leak: the end lies wholly above the start, and growth still goes on at its earlier pace;
-- bounded: a significant rise that has stopped (a cache that warmed up, a pool that filled);
-- churn: no trend, but swings well above the noise;
-- steady: none of these.
+    c[t] = P[t] + E[t],   P[t] - P[t-1] = δ + η[t],   Var η = s_p²,   Var E = s_t²
+
+``δ`` is the drift: new samples per dump that are never freed. A pure leak is a random walk
+with drift whose steps are Poisson counts (s_p² = δ); transient objects add white noise; a
+cache's evictions and refills make its content wander (a mean-reverting walk, which this model
+treats as a free one: the safe side for a drift test). The increments d[t] = c[t] - c[t-1]
+then have
+
+    Var d = s_p² + 2·s_t²,   Cov(d[t], d[t+1]) = -s_t²
+
+so both noise parts are estimated from the series itself, and the variance of a least-squares
+slope over m dumps follows in closed form (:func:`slope_variance`).
+
+Verdicts, from the tests in :func:`judge_counts` (all one-sided, with stated levels):
+
+- **leak**: positive drift over the recent window (the last half, at least ``MIN_WINDOW``
+  dumps) at level ``ALPHA_LEAK``, and no significant slowdown in the last third;
+- **bounded**: the level rose well above its counting noise, then stopped: the last third is
+  flat (a cache that filled, a leak that stopped);
+- **growing**: it rose, or drifts up, but not surely enough for ``leak``; :func:`more_dumps`
+  says about how many more dumps would settle it;
+- **churn**: no lasting rise, but swings of more than a quarter of the peak and more than the
+  counting noise;
+- **steady**: none of these.
+
+Every statistic is computed for many sites at once (the rows of a matrix, one column per dump)
+in time linear in the number of dumps.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from statistics import median
+
+import numpy as np
+import numpy.typing as npt
+
+from heapscope.analysis.stats import normal_sf, t_quantile, t_sf
 
 LEAK = "leak"
+GROWING = "growing"
 BOUNDED = "bounded"
 CHURN = "churn"
 STEADY = "steady"
 
-Z_TREND = 2.33  # one-sided p < 0.01 for the whole series
-Z_RECENT = 1.28  # one-sided p < 0.10 for the last part: "still growing"
-RISE_SIGMAS = 3.0
+ALPHA_LEAK = 0.01  # one-sided level of the drift test behind `leak`
+Z_SLOWDOWN = 2.326  # one-sided 1%: the slope fell in the last third
+Z_RISE = 3.09  # one-sided 0.1%: the end lies above the start (beyond counting noise)
+Z_GROWING = 1.645  # one-sided 5%: enough for "growing"
+Z_SPLIT = 1.645  # one-sided 5%: increments anti-correlated, so part of the noise is transient
+MIN_WINDOW = 6  # the recent window: the last half, but at least this many dumps
+FLAT_SHARE = 0.25  # bounded: the last third adds at most this share of the rise
+CHURN_SHARE = 0.25  # churn: swings of at least this share of the peak
+
+Matrix = npt.NDArray[np.float64]
+Index = npt.NDArray[np.int64]
+
+
+def slope_variance(m: int | Index, s_p2: Matrix | float, s_t2: Matrix | float) -> Matrix:
+    """Variance of the least-squares slope over ``m`` consecutive dumps.
+
+    The persistent part is a random walk: its share is s_p² times the sum over k of the
+    squared slope weights summed from dump k on, 6(m²+1)/(5m(m²-1)); white noise adds
+    s_t²·12/(m(m²-1)).
+    """
+    mm = np.asarray(m, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        walk = np.where(mm > 1, 6.0 * (mm * mm + 1) / (5.0 * mm * (mm * mm - 1)), np.inf)
+        white = np.where(mm > 1, 12.0 / (mm * (mm * mm - 1)), np.inf)
+    return np.asarray(s_p2 * walk + s_t2 * white, dtype=np.float64)
+
+
+def _prefix(a: Matrix) -> Matrix:
+    out = np.zeros((a.shape[0], a.shape[1] + 1))
+    np.cumsum(a, axis=1, out=out[:, 1:])
+    return out
+
+
+class _Sums:
+    """Prefix sums of a matrix's rows: slopes and increment moments over any column range."""
+
+    def __init__(self, c: Matrix) -> None:
+        idx = np.arange(c.shape[1], dtype=np.float64)
+        self.rows = np.arange(c.shape[0])
+        self.y = _prefix(c)
+        self.iy = _prefix(c * idx)
+        d = np.diff(c, axis=1)
+        self.d = _prefix(d)
+        self.dd = _prefix(d * d)
+        self.lag = _prefix(d[:, :-1] * d[:, 1:]) if d.shape[1] > 1 else np.zeros((c.shape[0], 1))
+
+    def slope(self, a: Index, b: Index) -> Matrix:
+        """Least-squares slope of each row over columns [a, b) (x = column index)."""
+        r = self.rows
+        m = (b - a).astype(np.float64)
+        sy = self.y[r, b] - self.y[r, a]
+        siy = self.iy[r, b] - self.iy[r, a]
+        sx = (a + b - 1) * m / 2.0
+        sxx = m * (m * m - 1) / 12.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = (siy - sx * sy / m) / sxx
+        return np.where(m > 1, out, 0.0)
+
+    def moments(self, a: Index, b: Index) -> tuple[Matrix, Matrix, Matrix]:
+        """(mean, variance, lag-1 autocovariance) of each row's increments within [a, b)."""
+        r = self.rows
+        k = (b - a - 1).astype(np.float64)  # increments d[a..b-2], d[i] = c[i+1] - c[i]
+        hi = np.maximum(b - 1, a)
+        sd = self.d[r, hi] - self.d[r, a]
+        sdd = self.dd[r, hi] - self.dd[r, a]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(k > 0, sd / k, 0.0)
+            var = np.maximum(np.where(k > 1, (sdd - k * mean * mean) / (k - 1), 0.0), 0.0)
+        # Lag-1 pairs (d[i], d[i+1]) for i = a..b-3, centred on the mean.
+        pairs = np.maximum(k - 1, 0.0)
+        top = self.lag.shape[1] - 1
+        p_lo = np.clip(a, 0, top)
+        p_hi = np.maximum(np.clip(b - 2, 0, top), p_lo)
+        slag = np.where(pairs > 0, self.lag[r, p_hi] - self.lag[r, p_lo], 0.0)
+        head = self.d[r, np.maximum(b - 2, a)] - self.d[r, a]  # d[a..b-3]
+        tail = self.d[r, hi] - self.d[r, np.minimum(a + 1, hi)]  # d[a+1..b-2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cov = np.where(pairs > 1,
+                           (slag - mean * (head + tail) + pairs * mean * mean) / pairs, 0.0)
+        return mean, var, cov
+
+
+def split_noise(k: int | Index, var: Matrix, cov: Matrix) -> tuple[Matrix, Matrix, Matrix]:
+    """(s_p², s_t², split?) from the increments' variance and lag-1 autocovariance.
+
+    Transient noise makes consecutive increments anti-correlated (ρ = -s_t²/Var d); a
+    persistent walk does not. The split is made only when ρ is significantly negative
+    (one-sided 5%, standard error 1/sqrt(k)); otherwise all the variance counts as
+    persistent, the conservative choice for a drift test.
+    """
+    kk = np.asarray(k, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(var > 0, cov / var, 0.0)
+    split = (kk >= 4) & (rho < -Z_SPLIT / np.sqrt(np.maximum(kk, 1.0)))
+    s_t2 = np.where(split, np.clip(-cov, 0.0, var / 2.0), 0.0)
+    return var - 2.0 * s_t2, s_t2, split
+
+
+_VARIO = True
+
+
+def variogram(c: Matrix) -> tuple[Matrix, Matrix]:
+    """(s_p², s_t²) per row from the variance of differences at several lags.
+
+    Var(c[t+h] - c[t]) = h·s_p² + 2·s_t²: a weighted least-squares line through the
+    variances at lags 1, 2, 3, 4, 6, 8, … up to a quarter of the series. Long lags let the
+    slow wander of the persistent part stand out from transient noise, which a lag-1
+    estimate cannot do when the transient part dominates.
+    """
+    rows, n = c.shape
+    lags = []
+    h = 1
+    while h <= max(2, n // 4):
+        lags.append(h)
+        h = h + 1 if h < 4 else int(h * 1.5)
+    hs = np.asarray(lags, dtype=np.float64)
+    v = np.empty((rows, len(lags)))
+    counts = np.empty(len(lags))
+    for j, lag in enumerate(lags):
+        d = c[:, lag:] - c[:, :-lag]
+        v[:, j] = d.var(axis=1, ddof=1)
+        counts[j] = d.shape[1]
+    # The variance of a sample variance grows with its square: weight by count / h².
+    w = counts / (hs * hs)
+    sw, swh, swhh = w.sum(), (w * hs).sum(), (w * hs * hs).sum()
+    swv, swhv = (v * w).sum(axis=1), (v * w * hs).sum(axis=1)
+    det = sw * swhh - swh * swh
+    slope = (sw * swhv - swh * swv) / det
+    icpt = (swhh * swv - swh * swhv) / det
+    # Keep the line physical: no negative part (refit through the origin, or flat).
+    through0 = swhv / swhh
+    s_p2 = np.where(icpt < 0, through0, np.maximum(slope, 0.0))
+    s_t2 = np.where(icpt < 0, 0.0, np.where(slope < 0, swv / sw, icpt) / 2.0)
+    return s_p2, s_t2
+
+
+def windows(n: int) -> tuple[int, int]:
+    """(first dump of the recent window, first dump of the last third) for ``n`` dumps."""
+    h = n if n <= MIN_WINDOW else max(MIN_WINDOW, math.ceil(n / 2))
+    t = max(3, math.ceil(n / 3))
+    return n - h, max(n - t, 0)
+
+
+def hinge(c: Matrix) -> Index:
+    """Where growth began, per row: the break of the best flat-then-straight fit."""
+    rows, n = c.shape
+    if n < 3:
+        return np.zeros(rows, dtype=np.int64)
+    y = _prefix(c)
+    iy = _prefix(c * np.arange(n, dtype=np.float64))
+    sy, syy = y[:, n], np.sum(c * c, axis=1)
+    base = syy - sy * sy / n
+    best = np.full(rows, np.inf)
+    best_k = np.zeros(rows, dtype=np.int64)
+    for k in range(0, n - 2):
+        m = n - 1 - k  # x = 1..m for columns k+1..n-1, 0 before
+        sx = m * (m + 1) / 2.0
+        sxx = m * (m + 1) * (2 * m + 1) / 6.0
+        sxy = (iy[:, n] - iy[:, k + 1]) - k * (y[:, n] - y[:, k + 1])
+        vxy = sxy - sx * sy / n
+        sse = base - vxy * vxy / (sxx - sx * sx / n)
+        better = sse < best - 1e-9 * (np.abs(np.where(np.isinf(best), 0.0, best)) + 1.0)
+        best = np.where(better, sse, best)
+        best_k = np.where(better, k, best_k)
+    return best_k
+
+
+@dataclass
+class Judged:
+    """Per-row results of :func:`judge_counts`, in sample units (one entry per site)."""
+
+    verdict: list[str]
+    n: int
+    z: Matrix  # drift over the recent window, standardised
+    df: Matrix  # degrees of freedom of z's reference distribution (inf: normal)
+    slope: Matrix  # samples per dump over the recent window
+    se: Matrix  # its standard error
+    window_start: int
+    slowdown_z: Matrix  # NaN where the series is too short
+    rise_z: Matrix
+    rise: Matrix  # samples: last third's level minus the first dumps'
+    first_growth: Index
+    s_p2: Matrix
+    s_t2: Matrix
+
+    def p_value(self, i: int) -> float:
+        """One-sided p-value of row ``i``'s drift test."""
+        return t_sf(float(self.z[i]), float(self.df[i]))
+
+
+def _critical(df: Matrix, level: float) -> Matrix:
+    """One-sided critical values of Student t (normal where df is infinite)."""
+    out = np.empty_like(df)
+    for v in np.unique(df):
+        out[df == v] = _crit(float(v), level)
+    return out
+
+
+_CRIT: dict[tuple[float, float], float] = {}
+
+
+def _crit(df: float, level: float) -> float:
+    key = (df, level)
+    if key not in _CRIT:
+        _CRIT[key] = t_quantile(level, df)
+    return _CRIT[key]
+
+
+def _two_dumps(c: Matrix) -> Judged:
+    """Two dumps: growth against the counting noise of both levels, never more than
+    ``growing`` (two points cannot tell a leak from a cache that is still filling)."""
+    rows = c.shape[0]
+    delta = c[:, 1] - c[:, 0]
+    noise = np.sqrt(np.maximum(c[:, 0] + c[:, 1], 1.0))
+    z = delta / noise
+    verdict = [GROWING if v >= Z_GROWING else STEADY for v in z]
+    zeros = np.zeros(rows)
+    return Judged(verdict, 2, z, np.full(rows, np.inf), delta, noise, 0, np.full(rows, np.nan),
+                  z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros)
+
+
+def judge_counts(c: Matrix) -> Judged:
+    """Judge each row of ``c`` (sampled counts, one column per dump, oldest first)."""
+    rows, n = c.shape
+    if n < 2:
+        raise ValueError("a trend needs two dumps")
+    if n == 2:
+        return _two_dumps(c)
+    sums = _Sums(c)
+    full = np.full(rows, n, dtype=np.int64)
+    zero = np.zeros(rows, dtype=np.int64)
+    w0, t0 = windows(n)
+    m = n - w0
+    win = np.full(rows, w0, dtype=np.int64)
+    slope = sums.slope(win, full)
+    # The noise comes from every step of the series (more steps, a surer estimate; steps of
+    # an earlier fill only widen it, the safe side); new samples arrive as a Poisson count,
+    # so the persistent variance is at least the window's mean step.
+    w_mean = sums.moments(win, full)[0]
+    _mean, var, cov = sums.moments(zero, full)
+    s_p2, s_t2, split = split_noise(n - 1, var, cov)
+    if split.any() and n >= 12 and _VARIO:
+        vp, vt = variogram(c[split])
+        s_p2[split], s_t2[split] = vp, vt
+    pace = np.maximum(w_mean, 0.0)
+    s_p2 = np.maximum(s_p2, pace)
+    se = np.sqrt(slope_variance(m, s_p2, s_t2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, slope / se, 0.0)
+    # Steps that vary no more than a Poisson count: the variance is known (normal
+    # reference). Otherwise it was estimated from n-1 steps: Student t, one degree fewer
+    # when it was split in two.
+    poisson = ~split & (var <= pace)
+    df = np.where(poisson, np.inf, np.maximum(np.where(split, n - 3.0, n - 2.0), 1.0))
+    crit = _critical(df, ALPHA_LEAK)
+
+    first = hinge(c)
+    # Slowdown: the slope over the last third against the slope from where growth began.
+    slow = np.full(rows, np.nan)
+    last = np.full(rows, t0, dtype=np.int64)
+    if t0 >= 3:
+        start = np.where(t0 - first >= 3, first, 0)
+        b_before = sums.slope(start, last)
+        b_last = sums.slope(last, full)
+        g_mean, g_var, g_cov = sums.moments(start, full)
+        g_p2, g_t2, _ = split_noise(full - start - 1, g_var, g_cov)
+        g_p2 = np.maximum(g_p2, np.maximum(g_mean, 0.0))
+        v = slope_variance(t0 - start, g_p2, g_t2) + slope_variance(n - t0, g_p2, g_t2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slow = np.where(v > 0, (b_before - b_last) / np.sqrt(v), 0.0)
+
+    # Rise: the last third's level against the first dumps', each uncertain by its spread
+    # and at least by its counting noise (a level of c samples, by sqrt(c)).
+    q = max(1, n // 6)
+    tl = max(t0, 1)
+    head_mean = np.mean(c[:, :q], axis=1)
+    tail_mean = np.mean(c[:, tl:], axis=1)
+    head_var = np.var(c[:, :q], axis=1, ddof=1) if q > 1 else np.zeros(rows)
+    tail_var = np.var(c[:, tl:], axis=1, ddof=1) if n - tl > 1 else np.zeros(rows)
+    # One or two first dumps say nothing of their own spread: assume the last third's.
+    v_head = np.maximum(np.maximum(head_var, tail_var) if q < 3 else head_var, head_mean)
+    v_rise = v_head / q + np.maximum(tail_var, tail_mean) / (n - tl)
+    rise = tail_mean - head_mean
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise_z = np.where(v_rise > 0, rise / np.sqrt(v_rise), 0.0)
+
+    # Stopped: had the growth gone on at the pace of the rise, the last third would lie
+    # above the third before it by its share of the rise; the levels say it does not.
+    stopped = _stopped(c, t0, q, rise)
+    peak = c.max(axis=1)
+    swing = peak - c.min(axis=1)
+    verdict = []
+    for i in range(rows):
+        slowed = bool(slow[i] >= Z_SLOWDOWN)
+        risen = bool(rise_z[i] >= Z_RISE) and n >= 4
+        if z[i] >= crit[i] and not slowed:
+            verdict.append(LEAK)
+        elif risen and (slowed or stopped[i] >= Z_SLOWDOWN):
+            verdict.append(BOUNDED)
+        elif (risen or z[i] >= Z_GROWING) and slope[i] > 0:
+            verdict.append(GROWING)
+        elif swing[i] >= CHURN_SHARE * peak[i] and swing[i] >= 3.0 * math.sqrt(peak[i]):
+            verdict.append(CHURN)
+        else:
+            verdict.append(STEADY)
+    return Judged(verdict, n, z, df, slope, se, w0, slow, rise_z, rise, first, s_p2, s_t2)
+
+
+def _stopped(c: Matrix, t0: int, q: int, rise: Matrix) -> Matrix:
+    """z of "the last third lies below where continued growth would have put it".
+
+    Compares the mean level of the last third with the third before it (each uncertain by
+    its own spread or, at least, its counting noise), against the rise the earlier pace
+    predicts over that distance. NaN when the series is too short to have two thirds.
+    """
+    rows, n = c.shape
+    t = n - t0
+    if t0 - t < 0 or n < 6:
+        return np.full(rows, np.nan)
+    tail, mid = c[:, t0:], c[:, t0 - t:t0]
+    tail_mean, mid_mean = tail.mean(axis=1), mid.mean(axis=1)
+    se = np.sqrt(np.maximum(tail.var(axis=1, ddof=1), tail_mean) / t
+                 + np.maximum(mid.var(axis=1, ddof=1), mid_mean) / t)
+    # Distance from the first dumps' centre to the last third's centre, and between thirds.
+    span = (n - (t + 1) / 2.0) - (q - 1) / 2.0
+    expected = rise * t / span
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 0, (expected - (tail_mean - mid_mean)) / se, 0.0)
+
+
+def more_dumps(j: Judged, i: int, limit: int = 1000) -> int | None:
+    """About how many more dumps (at the same interval and pace) row ``i`` needs before its
+    drift test can reach the ``leak`` level; None when it is not drifting up."""
+    slope = float(j.slope[i])
+    if slope <= 0 or not math.isfinite(slope):
+        return None
+    s_p2, s_t2 = float(j.s_p2[i]), float(j.s_t2[i])
+    df_step = 0.0 if math.isinf(float(j.df[i])) else 1.0
+    for extra in range(1, limit + 1):
+        n = j.n + extra
+        w0, _t0 = windows(n)
+        se = math.sqrt(float(slope_variance(n - w0, s_p2, s_t2)))
+        df = math.inf if df_step == 0 else float(j.df[i]) + extra
+        if se == 0 or slope / se >= _crit(df, ALPHA_LEAK):
+            return extra
+    return None
 
 
 @dataclass(frozen=True)
 class Trend:
-    """The verdict on one series and the numbers behind it."""
+    """The verdict on one site's series and the evidence behind it, in bytes.
+
+    ``z``/``p_value`` test positive drift over the recent window (from dump
+    ``window_start``); ``samples`` is how many sampled objects the last dump holds.
+    """
 
     verdict: str
-    z: float  # Mann–Kendall z-score of the whole series
-    tau: float  # Kendall's tau (-1..1): how monotonic
-    z_recent: float  # the same test on the last part of the series
-    slope_per_dump: float  # Theil–Sen, over the growing part
-    slope_per_s: float | None  # the same per second, when dump times are known
-    first_growth: int | None  # index of the dump after which growth began
-    fit: float  # R² of a straight line over the growing part
-    rise: float  # end level minus start level, bytes
-    noise: float  # the sampling noise scale at the end level, bytes
+    dumps: int
+    growth: float  # live bytes at the last dump minus the first
+    slope_per_dump: float  # drift over the recent window, bytes per dump
+    slope_low: float  # its 95% interval
+    slope_high: float
+    slope_per_s: float | None  # the same per second, when the dumps' times are known
+    z: float
+    p_value: float
+    window_start: int
+    first_growth: int | None  # the dump after which growth began (leak, bounded, growing)
+    slowdown_z: float | None  # evidence that growth slowed in the last third
+    rise_z: float  # evidence that the end lies above the start
+    samples: float  # sampled objects live at the last dump
+    new_samples: float  # samples gained over the recent window
+    noise_persistent: float  # per-dump wander of the persistent part, bytes (s_p)
+    noise_transient: float  # noise of the transient part per dump, bytes (s_t)
+    more_dumps: int | None  # growing: about how many more dumps a leak verdict needs
+    q_value: float | None = None  # false-discovery rate over the process's sites
 
     @property
     def score(self) -> float:
-        """Evidence-weighted size, for ranking: growth scaled by how monotonic it is."""
-        return max(self.rise, 0.0) * max(self.tau, 0.0)
+        """Evidence-weighted growth, for ranking within a verdict."""
+        weight = min(1.0, max(self.z, 0.0) / 2.326)
+        return max(self.growth, 0.0) * weight
+
+    def with_verdict(self, verdict: str, q_value: float | None = None) -> Trend:
+        """The same evidence under another verdict (after the process-wide correction)."""
+        from dataclasses import replace
+
+        more = self.more_dumps if verdict == GROWING else None
+        return replace(self, verdict=verdict, q_value=q_value, more_dumps=more)
 
 
-def mann_kendall(y: list[float]) -> tuple[float, float]:
-    """Mann–Kendall test: (z-score with tie correction, Kendall's tau)."""
-    n = len(y)
-    if n < 3:
-        return 0.0, 0.0
-    s = 0
-    for i in range(n - 1):
-        yi = y[i]
-        for j in range(i + 1, n):
-            d = y[j] - yi
-            s += (d > 0) - (d < 0)
-    counts: dict[float, int] = {}
-    for v in y:
-        counts[v] = counts.get(v, 0) + 1
-    var = (n * (n - 1) * (2 * n + 5)
-           - sum(t * (t - 1) * (2 * t + 5) for t in counts.values() if t > 1)) / 18.0
-    if var <= 0:
-        return 0.0, 0.0
-    z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
-    return z, s / (n * (n - 1) / 2)
+def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
+             times: list[float] | None) -> Trend:
+    """Row ``i`` of a judgement as bytes: ``counts`` and ``values`` are the row's sampled
+    counts and byte estimates per dump, ``times`` the dumps' seconds (or None)."""
+    c = counts[i]
+    y = values[i]
+    total_c = float(np.sum(c))
+    w = float(np.sum(y)) / total_c if total_c > 0 else 0.0  # bytes per sample
+    n = j.n
+    slope = float(j.slope[i]) * w
+    half = 1.96 * float(j.se[i]) * w
+    per_s = None
+    if times is not None and len(times) == n:
+        span = times[-1] - times[j.window_start]
+        steps = n - 1 - j.window_start
+        if span > 0 and steps > 0:
+            per_s = slope * steps / span
+    verdict = j.verdict[i]
+    first = int(j.first_growth[i]) if verdict in (LEAK, BOUNDED, GROWING) else None
+    slow = float(j.slowdown_z[i])
+    return Trend(
+        verdict=verdict, dumps=n, growth=float(y[-1] - y[0]), slope_per_dump=slope,
+        slope_low=slope - half, slope_high=slope + half, slope_per_s=per_s,
+        z=float(j.z[i]), p_value=j.p_value(i), window_start=j.window_start,
+        first_growth=first, slowdown_z=None if math.isnan(slow) else slow,
+        rise_z=float(j.rise_z[i]), samples=float(c[-1]),
+        new_samples=float(c[-1] - c[j.window_start]),
+        noise_persistent=math.sqrt(max(float(j.s_p2[i]), 0.0)) * w,
+        noise_transient=math.sqrt(max(float(j.s_t2[i]), 0.0)) * w,
+        more_dumps=more_dumps(j, i) if verdict == GROWING else None)
 
 
-def theil_sen(x: list[float], y: list[float]) -> float:
-    """Median of pairwise slopes: a line fit that shrugs off outliers."""
-    slopes = [(y[j] - y[i]) / (x[j] - x[i])
-              for i in range(len(x) - 1) for j in range(i + 1, len(x)) if x[j] != x[i]]
-    return median(slopes) if slopes else 0.0
+def classify(values: list[float], counts: list[float] | None = None,
+             times: list[float] | None = None) -> Trend:
+    """Judge one series of live-byte estimates (with its sampled counts when known; without
+    them every byte counts as one sample's worth, i.e. exact counting)."""
+    y = np.asarray([values], dtype=np.float64)
+    c = np.asarray([counts], dtype=np.float64) if counts is not None else y.copy()
+    return describe(judge_counts(c), 0, c, y, times)
 
 
-def r_squared(x: list[float], y: list[float]) -> float:
-    """Coefficient of determination of the least-squares line through (x, y)."""
-    n = len(x)
-    if n < 3:
-        return 1.0 if n == 2 else 0.0
-    mx, my = sum(x) / n, sum(y) / n
-    sxx = sum((a - mx) ** 2 for a in x)
-    syy = sum((b - my) ** 2 for b in y)
-    if sxx == 0 or syy == 0:
-        return 0.0
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
-    return (sxy * sxy) / (sxx * syy)
-
-
-def noise_scale(level: float, period: int, object_size: float) -> float:
-    """The dump-to-dump jitter of a sampled estimate around ``level`` bytes.
-
-    Objects much larger than the period are always sampled and do not jitter; small ones do,
-    by about sqrt(R·b). A floor of one object keeps exactly-sampled series from looking noisy.
-    """
-    r = float(max(period, 1))
-    if object_size >= 8 * r:
-        return max(object_size, 1.0)
-    return math.sqrt(r * max(level, 0.0)) + max(object_size, 1.0)
-
-
-def classify(y: list[float], times: list[float] | None, period: int,
-             object_size: float) -> Trend:
-    """Classify a series of live-byte estimates (one per dump, oldest first)."""
-    n = len(y)
-    x = [float(i) for i in range(n)]
-    k = max(1, n // 5)
-    start, end = median(y[: min(3, n)]), median(y[-k:])
-    rise = end - start
-    noise = noise_scale(max(start, end), period, object_size)
-    z, tau = mann_kendall(y)
-    half = n // 2
-    z_recent, _tau_recent = mann_kendall(y[half:]) if n - half >= 4 else (0.0, 0.0)
-    # Grew: the end sits wholly above the start (every one of the last points above every one
-    # of the first), by several noise widths. A rank trend test would be fooled both ways: a
-    # long, slightly sagging plateau cancels a cache's warm-up, and churn that happens to end
-    # on a high phase looks like a trend.
-    grew = rise > RISE_SIGMAS * noise and min(y[-k:]) > max(y[: min(3, n)])
-    if n == 2:
-        verdict = LEAK if rise > RISE_SIGMAS * noise else STEADY
-    elif _churns(y, period, object_size):
-        verdict = CHURN
-    elif grew and _still_growing(y, period, object_size, noise) and not _levelled_off(y):
-        verdict = LEAK
-    elif grew:
-        verdict = BOUNDED
-    elif _swings(y, period, object_size):
-        verdict = CHURN
-    else:
-        verdict = STEADY
-    first = hinge(y) if verdict in (LEAK, BOUNDED) else None
-    g = first or 0
-    # The rate is measured where the site grows: from the start of growth on for a leak, up
-    # to the plateau for a bounded site.
-    stop = n if verdict != BOUNDED else max(g + 2, _plateau(y, noise))
-    slope = theil_sen(x[g:stop], y[g:stop]) if stop - g >= 2 else 0.0
-    fit = r_squared(x[g:stop], y[g:stop])
-    slope_s = None
-    if times is not None and len(times) == n and times[stop - 1] > times[g]:
-        slope_s = theil_sen(times[g:stop], y[g:stop])
-    return Trend(verdict, z, tau, z_recent, slope, slope_s, first, fit, rise, noise)
-
-
-def _still_growing(y: list[float], period: int, object_size: float, noise: float) -> bool:
-    """True when growth goes on over the later half of the growing stretch.
-
-    The later half's Theil–Sen slope must keep a quarter of the earlier half's pace (a cache
-    that filled up flattens out to nothing, while a sampled leak's pace wobbles by about half
-    as samples arrive in Poisson clumps), and the growth it predicts over that stretch must
-    stand out from the sampling noise of an increment (two widths of sqrt(R·Δ): new samples
-    arrive as Poisson counts) and from the jitter of the level itself. Then the later stretch must
-    climb rather than wander: its net change is at least half of all its ups and downs (a
-    leak's estimate hardly ever falls, since its sampled objects are never freed, while a full
-    cache's estimate falls as often as it rises).
-    """
-    g = hinge(y)
-    grow = y[g:]
-    m = len(grow)
-    if m < 4:
-        return False
-    mid = m // 2
-    xs = [float(i) for i in range(m)]
-    early = theil_sen(xs[: mid + 1], grow[: mid + 1])
-    late = theil_sen(xs[mid:], grow[mid:])
-    delta = late * (m - mid - 1)
-    counting = math.sqrt(float(max(period, 1)) * max(delta, 0.0)) + max(object_size, 1.0)
-    tail = grow[mid:]
-    travel = sum(abs(b - a) for a, b in itertools.pairwise(tail))
-    net = tail[-1] - tail[0]
-    steady_climb = travel > 0 and net >= 0.5 * travel
-    at_top = max(y[-max(1, len(y) // 5):]) >= max(y) - noise
-    # With few samples a leak's pace looks uneven, but it never falls: since growth began,
-    # no drop at all, and new samples (rises) still arriving in the later half.
-    never_falls = all(b >= a for a, b in itertools.pairwise(grow))
-    if never_falls and sum(1 for a, b in itertools.pairwise(tail) if b > a) >= 3 and at_top:
-        return True
-    return (late > 0 and late >= 0.25 * early and delta > 2 * counting and steady_climb
-            and delta > noise and at_top)
-
-
-def _best_break(y: list[float], shape: str, last: int) -> tuple[int, float]:
-    """Best breakpoint and its squared error for ``flat-then-rise`` or ``rise-then-flat``.
-
-    Each candidate is a least-squares line on a bent time axis (max(0, i-c) or min(i, c));
-    prefix sums make every candidate O(1), so long series stay cheap.
-    """
-    n = len(y)
-    sy = sum(y)
-    syy = sum(v * v for v in y)
-    base_yy = syy - sy * sy / n
-    # prefix[i] = sums over indexes < i
-    py = [0.0] * (n + 1)
-    piy = [0.0] * (n + 1)
-    for i, v in enumerate(y):
-        py[i + 1] = py[i] + v
-        piy[i + 1] = piy[i] + i * v
-    best, best_c = float("inf"), 0
-    for c in range(0, last):
-        if shape == "flat-then-rise":
-            m = n - 1 - c  # x = 1..m for i = c+1..n-1
-            sx = m * (m + 1) / 2.0
-            sxx = m * (m + 1) * (2 * m + 1) / 6.0
-            sxy = (piy[n] - piy[c + 1]) - c * (py[n] - py[c + 1])
-        else:
-            tail = n - 1 - c  # x = i for i <= c, then c
-            sx = c * (c + 1) / 2.0 + c * tail
-            sxx = c * (c + 1) * (2 * c + 1) / 6.0 + c * c * tail
-            sxy = piy[c + 1] + c * (py[n] - py[c + 1])
-        vxx = sxx - sx * sx / n
-        if vxx <= 0:
-            continue
-        vxy = sxy - sx * sy / n
-        sse = base_yy - vxy * vxy / vxx
-        if best == float("inf") or sse < best - 1e-9 * (abs(best) + 1.0):
-            best, best_c = sse, c
-    return best_c, best
-
-
-def hinge(y: list[float]) -> int:
-    """Where growth began: the break of the best flat-then-straight least-squares fit."""
-    return _best_break(y, "flat-then-rise", max(1, len(y) - 2))[0]
-
-
-def _levelled_off(y: list[float]) -> bool:
-    """True when "a ramp, then flat" explains the series far better than "flat, then a
-    straight climb to the end", and the flat part really is a full cache: its estimate falls
-    as well as rises (objects leave it). A sampled leak can sit still for a few dumps while no
-    new sample arrives, but it does not fall: its sampled objects are never freed."""
-    n = len(y)
-    k = max(3, n // 5)
-    if n < 2 * k:
-        return False
-    _c, leak_sse = _best_break(y, "flat-then-rise", n - 2)
-    c, bounded_sse = _best_break(y, "rise-then-flat", n - k)
-    moves = [b - a for a, b in itertools.pairwise(y[c:]) if b != a]
-    falls = sum(1 for d in moves if d < 0)
-    return bounded_sse < 0.5 * leak_sse and bool(moves) and falls >= 0.25 * len(moves)
-
-
-def _plateau(y: list[float], noise: float) -> int:
-    """The first dump at which a bounded site reached its final level."""
-    level = median(y[-max(1, len(y) // 5):])
-    for i, v in enumerate(y):
-        if v >= level - noise:
-            return i + 1
-    return len(y)
-
-
-def _churns(y: list[float], period: int, object_size: float) -> bool:
-    """Large falls from a running peak while the floor stays put: memory taken and given back.
-
-    A leak that also frees in bursts (a sawtooth on a rising floor) is not churn: its floor,
-    the lowest level still to come, rises.
-    """
-    n = len(y)
-    peak, fall = y[0], 0.0
-    for v in y:
-        peak = max(peak, v)
-        fall = max(fall, peak - v)
-    top = max(y)
-    if fall <= max(2 * RISE_SIGMAS * noise_scale(top, period, object_size), 0.25 * top):
-        return False
-    floor = [min(y[i:]) for i in range(n)]
-    k = max(1, n // 5)
-    return floor[-k] - floor[0] <= RISE_SIGMAS * noise_scale(floor[0], period, object_size)
-
-
-def _swings(y: list[float], period: int, object_size: float) -> bool:
-    lo, hi = min(y), max(y)
-    return (hi - lo) > 2 * RISE_SIGMAS * noise_scale(hi, period, object_size) \
-        and (hi - lo) > 0.25 * hi
+__all__ = ["BOUNDED", "CHURN", "GROWING", "LEAK", "STEADY", "Judged", "Trend", "classify",
+           "describe", "judge_counts", "more_dumps", "normal_sf", "slope_variance"]

@@ -1,0 +1,290 @@
+"""Object-level simulation of jemalloc's heap-profile sampling, for the leak-verdict tests.
+
+jemalloc samples each allocation of size s with probability p = 1 - exp(-s/R) (R the mean
+sample period) and a sampled object stays in every later dump until the object is freed. A
+dump lists, per stack, the number of sampled objects still live; the estimate of live bytes
+is count·s/p. This module reproduces exactly that, object by object (in distribution): a
+site's objects are born, sampled or not, and die by the site's lifetime law, and each dump
+reports the sampled survivors. Many independent runs of one scenario are simulated at once
+(one row per run).
+
+A site's behaviour is a :class:`Plan` (a sum of parts: leaked objects, short-lived objects
+renewed at every dump, a cache that fills and then turns over, a cache that is flushed, a
+table made at start); its truth label says what a correct leak finder calls it.
+:func:`write_series` writes a simulated series as real heap_v2 dump files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+KIB = 1024
+MIB = 1024 * 1024
+
+LEAK = "leak"  # still growing at the end of the series
+NOT_LEAK = "not-leak"  # caches, churn, steady tables, leaks that stopped
+
+
+def sample_probability(size: int, period: int) -> float:
+    """jemalloc's chance of sampling one object of ``size`` bytes (mean period ``period``)."""
+    return 1.0 - math.exp(-size / period) if period > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One allocation site's behaviour over ``n`` dumps, in objects of one size.
+
+    Rates are in *expected samples per dump* (the unit the statistics care about); the
+    simulator turns them into objects with the sample probability. ``truth`` is the verdict
+    a correct classifier gives.
+    """
+
+    truth: str
+    leak: float = 0.0  # expected new samples per dump that are never freed
+    leak_start: float = 0.0  # fraction of the series before the leak starts
+    leak_stop: float = 1.0  # fraction of the series after which it stops
+    transient: float = 0.0  # expected samples of objects renewed before every dump
+    spread: float = 0.0  # churn: the renewed level varies uniformly by ±spread
+    swing: int = 0  # churn: the renewed level alternates low/high every `swing` dumps
+    cache: float = 0.0  # expected samples in a full cache
+    fill: float = 0.0  # fraction of the series the cache takes to fill (0: one dump)
+    turnover: float = 0.0  # fraction of a full cache evicted and replaced per dump
+    flush_every: int = 0  # a cache that grows and is emptied every `flush_every` dumps
+    steady: float = 0.0  # expected samples of a table built before the first dump
+    size: int = 64  # object size, bytes
+    keep_at_exit: float = 0.0  # fraction of live objects still live after a teardown
+
+
+@dataclass
+class Series:
+    """Simulated dumps of one site: sampled counts per run and dump, and their estimates."""
+
+    counts: np.ndarray  # runs × dumps, sampled live objects
+    size: int
+    period: int
+    teardown: bool  # the last column is a dump taken after a clean teardown
+
+    @property
+    def p(self) -> float:
+        """The sample probability of one object."""
+        return sample_probability(self.size, self.period)
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """jeprof's estimate of live bytes, runs × dumps."""
+        return self.counts * (self.size / self.p)
+
+
+def _objects(samples: float, p: float) -> int:
+    """Objects to allocate so that ``samples`` are expected to be sampled."""
+    return max(0, round(samples / p))
+
+
+def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generator,
+             teardown: bool = False) -> Series:
+    """``runs`` independent runs of ``plan`` over ``n`` dumps at sample period ``period``.
+
+    With ``teardown`` one more dump follows the last: the program freed everything but
+    ``keep_at_exit`` of it (the dump jemalloc writes at exit after a clean shutdown).
+    """
+    p = sample_probability(plan.size, period)
+    out = np.zeros((runs, n + (1 if teardown else 0)), dtype=np.int64)
+    persistent = np.zeros(runs, dtype=np.int64)  # leaked and steady samples
+    cache = np.zeros(runs, dtype=np.int64)
+    cache_objects = np.zeros(runs, dtype=np.int64)  # all objects in the cache
+    if plan.steady:
+        persistent += rng.binomial(_objects(plan.steady, p), p, runs)
+    leak_objects = _objects(plan.leak, p)
+    start, stop = plan.leak_start * n, plan.leak_stop * n
+    capacity = _objects(plan.cache, p)
+    fill_dumps = max(1, round(plan.fill * n))
+    per_fill = math.ceil(capacity / fill_dumps) if capacity else 0
+    flush_every = plan.flush_every
+    for t in range(n):
+        if leak_objects and start <= t < stop:
+            persistent += rng.binomial(leak_objects, p, runs)
+        if capacity:
+            if flush_every and t % flush_every == 0 and t:
+                cache[:] = 0
+                cache_objects[:] = 0
+            full = cache_objects >= capacity
+            if plan.turnover and full.any():
+                # Random eviction: every object leaves with the same chance, sampled or not;
+                # each is replaced by a new object, sampled with probability p.
+                evicted = rng.binomial(capacity, plan.turnover, runs)
+                cache -= np.where(full, rng.binomial(cache, plan.turnover), 0)
+                cache += np.where(full, rng.binomial(evicted, p), 0)
+            grow = np.minimum(per_fill, np.maximum(capacity - cache_objects, 0))
+            grow = np.where(full, 0, grow)
+            if grow.any():
+                cache += rng.binomial(grow, p)
+                cache_objects += grow
+        level = 0
+        if plan.transient:
+            mean = plan.transient
+            if plan.spread:
+                mean = mean * (1 + plan.spread * rng.uniform(-1, 1, runs))
+            elif plan.swing:
+                mean = mean * (0.25 if (t // plan.swing) % 2 == 0 else 1.75)
+            objects = np.maximum(np.round(np.asarray(mean) / p), 0).astype(np.int64)
+            level = rng.binomial(np.broadcast_to(objects, (runs,)), p)
+        out[:, t] = persistent + cache + level
+    if teardown:
+        live = out[:, n - 1]
+        out[:, n] = rng.binomial(live, plan.keep_at_exit) if plan.keep_at_exit else 0
+    return Series(out, plan.size, period, teardown)
+
+
+# --------------------------------------------------------------------------------------
+# The scenario matrix
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the scenario matrix: a plan, a series length and a sample period."""
+
+    name: str
+    plan: Plan
+    n: int
+    period: int
+    teardown: bool = False
+
+    @property
+    def label(self) -> str:
+        """A short unique description."""
+        r = f"{self.period // KIB}k"
+        end = " +exit" if self.teardown else ""
+        return f"{self.name} n={self.n} R={r} s={self.plan.size}{end}"
+
+
+PERIODS = (4 * KIB, 64 * KIB, 512 * KIB)
+SIZES = (16, 256, 4 * KIB, 64 * KIB, MIB)
+
+
+def _size_for(i: int) -> int:
+    return SIZES[i % len(SIZES)]
+
+
+def leak_cases() -> list[Case]:
+    """Leaks the classifier must call ``leak`` (where the target applies, see below)."""
+    cases = []
+    i = 0
+    for rate in (1, 2, 4, 10):
+        for n in (3, 6, 10, 30, 100):
+            for period in PERIODS:
+                size = _size_for(i)
+                i += 1
+                cases.append(Case(f"leak {rate}/dump", Plan(LEAK, leak=rate, steady=20,
+                                                            size=size), n, period))
+    for mult in (10, 25):
+        for rate in (2, 4, 10):
+            for n in (10, 30, 100):
+                for period in PERIODS:
+                    size = _size_for(i)
+                    i += 1
+                    cases.append(Case(f"leak {rate}/dump + churn {mult}x",
+                                      Plan(LEAK, leak=rate, transient=mult * rate, spread=0.5,
+                                           size=size), n, period))
+    for rate in (2, 4):
+        for n in (10, 30, 100):
+            for period in PERIODS:
+                size = _size_for(i)
+                i += 1
+                cases.append(Case(f"late leak {rate}/dump", Plan(LEAK, leak=rate, leak_start=0.6,
+                                                                 steady=10, size=size),
+                                  n, period))
+    for n in (20, 30, 100):
+        for period in PERIODS:
+            size = _size_for(i)
+            i += 1
+            cases.append(Case("slow leak 1/dump", Plan(LEAK, leak=1, steady=30, size=size),
+                              n, period))
+    return cases
+
+
+def null_cases() -> list[Case]:
+    """Sites that are not leaks: caches, churn, steady tables, leaks that stopped."""
+    cases = []
+    i = 0
+    for n in (6, 10, 30, 100):
+        for period in PERIODS:
+            size = _size_for(i)
+            i += 1
+            for cap in (20, 200, 1000):
+                for fill in (0.0, 2 / n, 1 / 3):
+                    for turnover in (0.05, 0.3):
+                        cases.append(Case(
+                            f"cache {cap} fill {fill:.2f} turnover {turnover:.0%}",
+                            Plan(NOT_LEAK, cache=cap, fill=fill, turnover=turnover, size=size),
+                            n, period))
+            cases.append(Case("flush cache", Plan(NOT_LEAK, cache=100, fill=0.1,
+                                                  flush_every=max(2, n // 5), size=size),
+                              n, period))
+            for level in (5, 50, 500):
+                cases.append(Case(f"churn around {level}",
+                                  Plan(NOT_LEAK, transient=level, spread=0.5, size=size),
+                                  n, period))
+                cases.append(Case(f"square churn {level}",
+                                  Plan(NOT_LEAK, transient=level, swing=max(1, n // 8),
+                                       size=size), n, period))
+            cases.append(Case("steady table", Plan(NOT_LEAK, steady=100, size=size), n, period))
+            for rate in (2, 10):
+                cases.append(Case(f"stopped leak {rate}/dump",
+                                  Plan(NOT_LEAK, leak=rate, leak_stop=1 / 3, steady=10,
+                                       size=size), n, period))
+    return cases
+
+
+def with_teardown(cases: Sequence[Case]) -> list[Case]:
+    """The same cases, each followed by a dump taken after a clean teardown."""
+    return [replace(c, teardown=True) for c in cases]
+
+
+# --------------------------------------------------------------------------------------
+# Real dump files
+
+
+def write_series(folder: Path, pid: int, sites: dict[int, Series], run: int,
+                 *, start_address: int = 0x555555555000) -> list[Path]:
+    """Write run ``run`` of the simulated ``sites`` as heap_v2 dumps of one process.
+
+    ``sites`` maps a code offset (a distinct one-frame stack each) to its series; the
+    mapping names a file that does not exist, so the sites show as ``sim+0xOFFSET``. The
+    last dump is a final (``.f.``) dump; the others are manual (``.m<i>.``) dumps.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    periods = {s.period for s in sites.values()}
+    if len(periods) != 1:
+        raise ValueError("all sites of one process share the sample period")
+    (period,) = periods
+    n = max(s.counts.shape[1] for s in sites.values())
+    limit = start_address + 0x100000
+    paths = []
+    for t in range(n):
+        lines = [f"heap_v2/{period}"]
+        body = []
+        total_c = total_b = 0
+        for offset, s in sorted(sites.items()):
+            c = int(s.counts[run, t]) if t < s.counts.shape[1] else 0
+            if c <= 0:
+                continue
+            b = c * s.size
+            total_c += c
+            total_b += b
+            # A return address points after the call; the reader subtracts one.
+            body.append(f"@ 0x{start_address + offset + 1:x}")
+            body.append(f"  t*: {c}: {b} [0: 0]")
+        lines.append(f"  t*: {total_c}: {total_b} [0: 0]")
+        lines += body
+        lines += ["", "MAPPED_LIBRARIES:",
+                  f"{start_address:x}-{limit:x} r-xp 00000000 00:00 0   /nonexistent/sim"]
+        kind = "f" if t == n - 1 else f"m{t}"
+        path = folder / f"jeprof.{pid}.{t}.{kind}.heap"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
