@@ -1,6 +1,10 @@
-"""Formatting of byte and object counts for reports."""
+"""Byte and object counts: formatting for reports, parsing sizes users type."""
 
 from __future__ import annotations
+
+import re
+
+from heapscope.errors import UsageError
 
 _MIB = 1024.0 * 1024.0
 
@@ -31,3 +35,18 @@ def percent(part: float, total: float) -> str:
     if total == 0:
         return "0.0%"
     return f"{100.0 * part / total:.1f}%"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str, option: str = "size") -> int:
+    """Bytes from ``4096``, ``512k``, ``512KiB``, ``1M``, ``2GB`` (binary units)."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise UsageError(f"{option} {text!r}: not a size (examples: 4096, 512k, 1MiB)")
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value < 1:
+        raise UsageError(f"{option} {text!r}: must be at least 1 byte")
+    return int(value)

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from heapscope.capture import session
-from heapscope.capture.conf import build_conf, env_var, lg2, parse_size
+from heapscope.capture.conf import build_conf, env_var, lg2
 from heapscope.capture.jemalloc import JemallocLib, inspect_target
 from heapscope.capture.runner import build_env
 from heapscope.errors import UsageError
+from heapscope.units import parse_size
 
 DATA = Path(__file__).parent.parent / "data" / "symbols"
 

@@ -2,10 +2,10 @@
 
 A site is the pruned stack written as names (``function file:line`` per frame, inlined frames
 included), so the same site matches across the dumps of a process, across processes and across
-restarts. With two or more dumps of a process each site's live bytes form a series that
-:mod:`heapscope.analysis.trend` classifies; with one dump (a dump at exit) everything still live
-is a candidate, runtime start-up allocations are ``expected``, and memory a forked child
-inherited from its parent is not counted as the child's.
+restarts. With two or more running dumps of a process each site's series is judged by
+:mod:`heapscope.analysis.judge` (leak, growing, bounded, churn, steady). One dump cannot show
+growth: its sites are ``live`` (ranked by size), runtime start-up allocations ``expected``,
+and memory a forked child inherited from its parent is not counted as the child's.
 """
 
 from __future__ import annotations
@@ -15,22 +15,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.analysis import trend
+from heapscope.analysis.judge import ProcessJudgement, SiteSeries, judge_process
 from heapscope.analysis.processes import QUIET_ROLES, role
 from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.suppress import Suppression
 from heapscope.model import INUSE_SPACE, Profile
 
+LEAK = trend.LEAK
+GROWING = trend.GROWING
+LIVE = "live"
 EXPECTED = "expected"
 SUPPRESSED = "suppressed"
 INHERITED = "inherited"
-LEAK = trend.LEAK
-_ORDER = {trend.LEAK: 0, trend.BOUNDED: 1, trend.CHURN: 2, trend.STEADY: 3, EXPECTED: 4,
-          INHERITED: 5, SUPPRESSED: 6}
+QUIET = (trend.STEADY, EXPECTED, INHERITED, SUPPRESSED)  # verdicts a report does not list
+_ORDER = {LEAK: 0, GROWING: 1, trend.BOUNDED: 2, trend.CHURN: 3, LIVE: 4, trend.STEADY: 5,
+          EXPECTED: 6, INHERITED: 7, SUPPRESSED: 8}
 _LOADER_PREFIX = "ld-linux"
+MAX_FINDINGS = 1000  # sites listed per process (every non-steady one, then the biggest)
+LIVE_FLOOR = 0.0002  # single dumps list sites holding at least this share of the process
+
 
 @dataclass
 class Finding:
-    """One site of one process: where it is, what it holds, and the verdict with evidence."""
+    """One site (or roll-up of sites) of one process: where, how much, verdict, evidence."""
 
     pid: int | None
     function: str
@@ -38,18 +45,21 @@ class Finding:
     line: int
     module: str
     stack: tuple[str, ...]
-    bytes: float
+    bytes: float  # live at the last judged dump
     objects: float
     verdict: str
-    series: list[float] = field(default_factory=list)
+    series: list[float] = field(default_factory=list)  # bytes per dump, exit dump included
     trend: trend.Trend | None = None
     suppressed_by: str = ""
+    at_exit: float | None = None  # bytes left in the exit dump after a clean shutdown
+    rollup: str = ""  # "line" or "function" for a roll-up of several sites
+    sites: int = 1
 
     @property
     def growth(self) -> float:
-        """Bytes gained over the series (live bytes for a single dump)."""
+        """Bytes gained over the judged series (live bytes for a single dump)."""
         if self.trend is not None:
-            return max(self.trend.rise, 0.0)
+            return max(self.trend.growth, 0.0)
         return self.bytes
 
     def rank(self) -> tuple[int, float, float, str]:
@@ -65,19 +75,31 @@ class Finding:
             "module": self.module, "stack": list(self.stack), "bytes": self.bytes,
             "objects": self.objects, "verdict": self.verdict,
         }
+        if self.rollup:
+            out.update({"rollup": self.rollup, "sites": self.sites})
         if t is not None:
             out.update({
-                "growth_bytes": t.rise,
+                "judged_dumps": t.dumps,
+                "growth_bytes": t.growth,
                 "growth_bytes_per_dump": t.slope_per_dump,
+                "growth_bytes_per_dump_95": [t.slope_low, t.slope_high],
                 "growth_bytes_per_s": t.slope_per_s,
                 "first_growth": t.first_growth,
-                "fit": round(t.fit, 4),
+                "window_start": t.window_start,
                 "trend_z": round(t.z, 3),
-                "tau": round(t.tau, 4),
-                "recent_z": round(t.z_recent, 3),
-                "noise_bytes": t.noise,
+                "p_value": t.p_value,
+                "q_value": t.q_value,
+                "slowdown_z": None if t.slowdown_z is None else round(t.slowdown_z, 3),
+                "rise_z": round(t.rise_z, 3),
+                "samples": t.samples,
+                "new_samples": t.new_samples,
+                "noise_persistent_bytes": t.noise_persistent,
+                "noise_transient_bytes": t.noise_transient,
+                "more_dumps": t.more_dumps,
                 "series": [round(v, 1) for v in self.series],
             })
+        if self.at_exit is not None:
+            out["at_exit_bytes"] = self.at_exit
         if self.suppressed_by:
             out["suppressed_by"] = self.suppressed_by
         return out
@@ -85,7 +107,7 @@ class Finding:
 
 @dataclass
 class ProcessFinding:
-    """One process: what it is and whether it leaks."""
+    """One process: what it is, what its dumps can tell, and whether it leaks."""
 
     pid: int | None
     exe: str = ""
@@ -93,19 +115,40 @@ class ProcessFinding:
     ppid: int | None = None
     role: str = "main"
     dumps: int = 0
-    live_bytes: float = 0.0
-    leak_bytes: float = 0.0
+    live_bytes: float = 0.0  # at the last judged dump
+    leak_bytes: float = 0.0  # growth of the sites called leak
+    growing_bytes: float = 0.0  # growth of the sites still undecided
+    judged: int = 0  # dumps the verdicts rest on
+    exit_bytes: float | None = None  # left in the exit dump after a clean shutdown
+    left_bytes: float = 0.0  # live in the last dump, start-up and inherited memory aside
 
     @property
     def verdict(self) -> str:
-        """``leaks`` when any unsuppressed site of the process is a leak, else ``clean``."""
-        return "leaks" if self.leak_bytes > 0 else "clean"
+        """``leaks``, ``undecided`` (a short series that grew), ``clean``, ``unjudged`` (one
+        dump: nothing to compare) or ``no dumps``."""
+        if self.dumps == 0:
+            return "no dumps"
+        if self.leak_bytes > 0:
+            return "leaks"
+        if self.judged < 2:
+            return "unjudged"
+        if self.growing_bytes > 0 and self.judged < trend.MIN_WINDOW:
+            return "undecided"
+        return "clean"
+
+    @property
+    def fail_bytes(self) -> float:
+        """What ``--fail-on-leak`` holds against the process: its leaks, and the growth of a
+        series too short to tell a leak from a cache that is still filling (fail closed)."""
+        return self.leak_bytes + (self.growing_bytes if self.verdict == "undecided" else 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, the report.json ``processes`` schema."""
         return {"pid": self.pid, "ppid": self.ppid, "exe": self.exe, "cmdline": self.cmdline,
-                "role": self.role, "dumps": self.dumps, "live_bytes": self.live_bytes,
-                "leak_bytes": self.leak_bytes, "leaks": self.verdict == "leaks",
+                "role": self.role, "dumps": self.dumps, "judged_dumps": self.judged,
+                "live_bytes": self.live_bytes, "leak_bytes": self.leak_bytes,
+                "growing_bytes": self.growing_bytes, "exit_bytes": self.exit_bytes,
+                "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
                 "verdict": self.verdict}
 
 
@@ -119,8 +162,14 @@ class LeakReport:
 
     @property
     def leak_bytes(self) -> float:
-        """What unsuppressed leaks hold (growth for series, live bytes for single dumps)."""
-        return sum(f.growth for f in self.findings if f.verdict == LEAK)
+        """What ``--fail-on-leak`` compares: leaks, plus growth no series could judge yet."""
+        return sum(p.fail_bytes for p in self.processes)
+
+    @property
+    def left_bytes(self) -> float:
+        """What ``--fail-on-live`` compares: memory still live in each process's last dump,
+        beyond runtime start-up, inherited and suppressed memory."""
+        return sum(p.left_bytes for p in self.processes)
 
     def as_dict(self) -> dict[str, Any]:
         """The report.json document's analysis part."""
@@ -130,6 +179,8 @@ class LeakReport:
 
 
 def _site_fields(profile: Profile, stack: tuple[int, ...]) -> tuple[str, str, int, str]:
+    if not stack:
+        return "(no stack)", "", 0, ""
     loc = profile.location(stack[0])
     if loc.frames:
         f = loc.frames[0]
@@ -137,86 +188,107 @@ def _site_fields(profile: Profile, stack: tuple[int, ...]) -> tuple[str, str, in
     return loc.fallback_name, "", 0, loc.module
 
 
-def _site_texts(profile: Profile, stack: tuple[int, ...]) -> list[str]:
-    out: list[str] = []
-    for a in stack:
-        loc = profile.location(a)
-        out.append(loc.module)
-        for f in loc.frames:
-            out.extend((f.function, f.file))
-        if not loc.frames:
-            out.append(loc.fallback_name)
-    return out
-
-
 def _expected(profile: Profile, stack: tuple[int, ...], builtin: list[Suppression]) -> bool:
     for a in stack:
         if profile.location(a).module.startswith(_LOADER_PREFIX):
             return True
-    texts = [t for a in stack for f in profile.location(a).frames for t in (f.function,)]
+    texts = [f.function for a in stack for f in profile.location(a).frames]
     return any(s.matches(texts) for s in builtin)
 
 
+def _suppressed_by(texts: list[str], rules: list[Suppression]) -> str:
+    for r in rules:
+        if r.matches(texts):
+            return r.origin + " " + r.pattern
+    return ""
+
+
 def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
-                    inherited: dict[SiteKey, float] | None = None,
-                    max_sites: int = 1000) -> tuple[list[Finding], dict[SiteKey, float]]:
-    """Findings for one process, and its last dump's bytes per site (for its children)."""
+                    rules: list[Suppression] | None = None,
+                    inherited: dict[SiteKey, float] | None = None
+                    ) -> tuple[list[Finding], dict[SiteKey, float], ProcessFinding]:
+    """Findings for one process, its last dump's bytes per site (for its children), and the
+    process's own numbers (pid and role are filled in by the caller)."""
     last = series.last
-    tallies = series.tallies
-    if last is None or not tallies:
-        return [], {}
-    final = tallies[-1]
-    final_bytes = {k: v[0] for k, v in final.items()}
-    peak: dict[SiteKey, float] = {}
-    for t in tallies:
-        for k, v in t.items():
-            if v[0] > peak.get(k, 0.0):
-                peak[k] = v[0]
-    # Only sites that ever held a noticeable share are classified: the rest cannot matter,
-    # and the trend test is quadratic in the number of dumps.
-    total_peak = max((sum(v[0] for v in t.values()) for t in tallies), default=0.0)
-    floor = 0.0002 * total_peak
-    ranked = sorted((k for k in peak if peak[k] >= floor), key=lambda k: (-peak[k], k))
-    ranked = ranked[:max_sites]
-    period = last.period if last.sampling == "v2" else 1
-    times = series.times
-    zero = [0.0, 0.0]
-    out: list[Finding] = []
-    for k in ranked:
-        stack = series.site_stacks[k]
-        function, file, line, module = _site_fields(last, stack)
-        b, objs = final.get(k, zero)
-        f = Finding(series.pid, function, file, line, module, k[:24], b, objs, trend.STEADY)
-        if len(tallies) >= 2:
-            ys = [t.get(k, zero)[0] for t in tallies]
-            counts = [t.get(k, zero)[1] for t in tallies]
-            size = max((y / c for y, c in zip(ys, counts, strict=True) if c > 0), default=1.0)
-            f.series = ys
-            f.trend = trend.classify(ys, times, period, size)
-            f.verdict = f.trend.verdict
-        elif _expected(last, stack, builtin):
-            f.verdict = EXPECTED
-        else:
-            f.verdict = LEAK
-            if inherited and k in inherited:
-                own = b - inherited[k]
-                if own <= 0:
-                    f.verdict = INHERITED
-                else:
-                    f.bytes = own
-        out.append(f)
-    return out, final_bytes
+    rules = rules or []
+    proc = ProcessFinding(series.pid, dumps=series.count)
+    if last is None or not series.tallies:
+        return [], {}, proc
+    fields = {k: _site_fields(last, st) for k, st in series.site_stacks.items()}
+    leaf = {k: (f[0], f"{f[0]} {f[1]}:{f[2]}" if f[1] else "") for k, f in fields.items()}
+    judged = judge_process(series, leaf)
+    proc.judged = judged.judged
+    proc.live_bytes = judged.totals[judged.judged - 1]
+    if judged.teardown:
+        proc.exit_bytes = judged.totals[-1]
+    final_bytes = {k: v[0] for k, v in series.tallies[-1].items()}
+    findings: list[Finding] = []
+    single = judged.judged < 2
+    for s in judged.sites:
+        stack = series.site_stacks[s.key]
+        function, file, line, module = fields[s.key]
+        f = Finding(series.pid, function, file, line, module, s.key[:24], s.bytes, s.objects,
+                    s.verdict, s.values, s.trend, at_exit=s.at_exit)
+        texts = [*f.stack, function, file, module]
+        last_bytes = s.values[-1] if s.values else 0.0
+        if _expected(last, stack, builtin):
+            if single:
+                f.verdict = EXPECTED
+            last_bytes = 0.0
+        elif single and inherited and s.key in inherited:
+            own = s.bytes - inherited[s.key]
+            if own <= 0:
+                f.verdict = INHERITED
+                last_bytes = 0.0
+            else:
+                f.bytes = own
+                last_bytes = own
+        f.suppressed_by = _suppressed_by(texts, rules)
+        if f.suppressed_by:
+            f.verdict = SUPPRESSED
+            last_bytes = 0.0
+        proc.left_bytes += last_bytes
+        findings.append(f)
+    for r in judged.rollups:
+        findings.append(_rollup_finding(series, r, rules))
+    proc.leak_bytes = sum(f.growth for f in findings if f.verdict == LEAK)
+    proc.growing_bytes = sum(f.growth for f in findings if f.verdict == GROWING)
+    return _select(findings, judged, single), final_bytes, proc
+
+
+def _rollup_finding(series: ProcessSeries, r: SiteSeries, rules: list[Suppression]) -> Finding:
+    name = r.key[0]
+    function, _, where = name.partition(" ")
+    file, _, line = where.rpartition(":")
+    stack = (f"{name}  ({r.members} call paths)",)
+    f = Finding(series.pid, function, file, int(line) if line.isdigit() else 0, "",
+                stack, r.bytes, r.objects, r.verdict, r.values, r.trend, at_exit=r.at_exit,
+                rollup=r.rollup, sites=r.members)
+    f.suppressed_by = _suppressed_by([name, function, file], rules)
+    if f.suppressed_by:
+        f.verdict = SUPPRESSED
+    return f
+
+
+def _select(findings: list[Finding], judged: ProcessJudgement, single: bool) -> list[Finding]:
+    """Every site with something to say, then the biggest quiet ones, up to MAX_FINDINGS."""
+    findings.sort(key=lambda f: f.rank())
+    if single:
+        total = max(judged.totals[judged.judged - 1], 0.0)
+        return [f for f in findings if f.bytes >= LIVE_FLOOR * total][:MAX_FINDINGS]
+    loud = [f for f in findings if f.verdict not in QUIET]
+    quiet = sorted((f for f in findings if f.verdict in QUIET),
+                   key=lambda f: (-max(f.series[:judged.judged], default=0.0), f.function))
+    return (loud + quiet)[:max(MAX_FINDINGS, len(loud))]
 
 
 def apply_suppressions(findings: Iterable[Finding], rules: list[Suppression]) -> None:
     """Mark findings matched by a user suppression (verdict ``suppressed``)."""
     for f in findings:
-        texts = [*f.stack, f.function, f.file, f.module]
-        for r in rules:
-            if r.matches(texts):
-                f.suppressed_by = r.origin + " " + r.pattern
-                f.verdict = SUPPRESSED
-                break
+        by = _suppressed_by([*f.stack, f.function, f.file, f.module], rules)
+        if by:
+            f.suppressed_by = by
+            f.verdict = SUPPRESSED
 
 
 def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any]] | None = None,
@@ -242,23 +314,38 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
         last = s.last
         assert last is not None
         exe = meta.get("exe") or _exe_of(last)
-        found, finals[pid] = analyse_process(s, builtin=base_rules,
-                                             inherited=finals.get(ppid))
-        apply_suppressions(found, rules)
-        proc = ProcessFinding(pid, exe, list(meta.get("cmdline") or []), ppid,
-                              role(pid or -1, exe, root, n), s.count,
-                              last.total(INUSE_SPACE))
-        proc.leak_bytes = sum(f.growth for f in found if f.verdict == LEAK)
+        found, finals[pid], proc = analyse_process(s, builtin=base_rules, rules=rules,
+                                                   inherited=finals.get(ppid))
+        proc.exe, proc.cmdline, proc.ppid = exe, list(meta.get("cmdline") or []), ppid
+        proc.role = role(pid or -1, exe, root, n)
+        if not proc.live_bytes:
+            proc.live_bytes = last.total(INUSE_SPACE)
         processes.append(proc)
         findings.extend(found)
     quiet = {p.pid for p in processes if p.role in QUIET_ROLES}
     findings.sort(key=lambda f: (f.pid in quiet, *f.rank()))
-    processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.leak_bytes, p.pid or 0))
+    processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.fail_bytes, -p.left_bytes,
+                                  p.pid or 0))
+    return LeakReport(processes, findings, _notes(processes))
+
+
+def _notes(processes: list[ProcessFinding]) -> list[str]:
     notes = []
-    if any(s.count == 2 for s in by_pid.values()):
-        notes.append("two dumps of a process show growth but cannot tell a leak from a cache "
-                     "that is still warming up; take more dumps (heapscope run --interval)")
-    return LeakReport(processes, findings, notes)
+    single = [p for p in processes if p.verdict == "unjudged" and p.role not in QUIET_ROLES]
+    if single:
+        notes.append("one dump shows what is live, not what grows: a leak needs a series "
+                     "(heapscope run --every SECONDS, or attach PID watch); --fail-on-live "
+                     "BYTES fails on what is left at exit")
+    short = [p for p in processes if p.verdict == "undecided"]
+    if short:
+        notes.append(f"fewer than {trend.MIN_WINDOW} running dumps cannot tell a leak from a "
+                     "cache that is still filling: growth is reported as 'growing'; take "
+                     "more dumps")
+    if any(p.exit_bytes is not None for p in processes):
+        notes.append("an exit dump taken after a clean shutdown is not judged as a point of "
+                     "the series: verdicts rest on the running dumps, 'at exit' shows what "
+                     "was left")
+    return notes
 
 
 def _depth(pid: int | None, info: dict[int, dict[str, Any]]) -> int:

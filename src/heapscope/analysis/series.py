@@ -9,6 +9,7 @@ their addresses, and pruned with one memo: a hundred dumps cost little more than
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,12 +39,13 @@ class ProcessSeries:
 
     pid: int | None
     paths: list[str]
-    tallies: list[dict[SiteKey, list[float]]]  # per dump: site -> [bytes, objects]
+    tallies: list[dict[SiteKey, list[float]]]  # per dump: site -> [bytes, objects, samples]
     site_stacks: dict[SiteKey, tuple[int, ...]]
     last: Profile | None
     dump_times: list[float | None] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     raw: list[Profile] = field(default_factory=list)  # symbolized, as sampled (keep_raw)
+    kinds: list[str] = field(default_factory=list)  # per dump: "f", "i", "m", "u" or ""
 
     @property
     def count(self) -> int:
@@ -158,25 +160,44 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
             kept_raw.append(r.with_(locations=MappingProxyType(
                 {a: loc for a, loc in locations.items() if a in own})))
     return ProcessSeries(pid, kept, tallies, site_stacks, last, [r.time for r in raws],
-                         diagnostics, kept_raw)
+                         diagnostics, kept_raw, [r.kind for r in raws])
 
 
 def _tally(raw: Profile, site_of: dict[tuple[int, ...], SiteKey]) -> dict[SiteKey, list[float]]:
-    """Unsampled live bytes and objects per site of one raw dump."""
+    """Unsampled live bytes and objects, and sampled objects, per site of one raw dump."""
     mode, period = raw.sampling, raw.period
-    memo: dict[tuple[float, ...], tuple[float, ...]] = {}
+    memo: dict[tuple[float, ...], tuple[float, float, float]] = {}
     out: dict[SiteKey, list[float]] = {}
     for s in raw.samples:
         if not s.stack or s.values[INUSE_SPACE] <= 0:
             continue
         v = memo.get(s.values)
         if v is None:
-            v = memo[s.values] = scale_values(s.values, mode, period)
+            v = memo[s.values] = _site_values(s.values, mode, period, raw.unsampled)
         key = site_of[s.stack]
         acc = out.get(key)
         if acc is None:
-            out[key] = [v[INUSE_SPACE], v[INUSE_OBJECTS]]
+            out[key] = [v[0], v[1], v[2]]
         else:
-            acc[0] += v[INUSE_SPACE]
-            acc[1] += v[INUSE_OBJECTS]
+            acc[0] += v[0]
+            acc[1] += v[1]
+            acc[2] += v[2]
     return out
+
+
+def _site_values(values: tuple[float, ...], mode: str, period: int,
+                 unsampled: bool) -> tuple[float, float, float]:
+    """(estimated bytes, estimated objects, sampled objects) of one stack's in-use values.
+
+    The sampled count is what a dump really observed; trend tests need it because counting
+    noise follows it, not the estimate. A profile already unsampled is turned back with the
+    same formula.
+    """
+    if unsampled:
+        objects, size = values[INUSE_OBJECTS], values[INUSE_SPACE]
+        if mode == "v2" and objects > 0 and period > 0:
+            p = -math.expm1(-(size / objects) / period)
+            return size, objects, objects * p
+        return size, objects, objects
+    scaled = scale_values(values, mode, period)
+    return scaled[INUSE_SPACE], scaled[INUSE_OBJECTS], values[INUSE_OBJECTS]

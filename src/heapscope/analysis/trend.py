@@ -133,7 +133,8 @@ class _Sums:
         return mean, var, cov
 
 
-def split_noise(k: int | Index, var: Matrix, cov: Matrix) -> tuple[Matrix, Matrix, Matrix]:
+def split_noise(k: int | Index, var: Matrix, cov: Matrix
+                ) -> tuple[Matrix, Matrix, npt.NDArray[np.bool_]]:
     """(s_p², s_t², split?) from the increments' variance and lag-1 autocovariance.
 
     Transient noise makes consecutive increments anti-correlated (ρ = -s_t²/Var d); a
@@ -146,10 +147,23 @@ def split_noise(k: int | Index, var: Matrix, cov: Matrix) -> tuple[Matrix, Matri
         rho = np.where(var > 0, cov / var, 0.0)
     split = (kk >= 4) & (rho < -Z_SPLIT / np.sqrt(np.maximum(kk, 1.0)))
     s_t2 = np.where(split, np.clip(-cov, 0.0, var / 2.0), 0.0)
-    return var - 2.0 * s_t2, s_t2, split
+    return var - 2.0 * s_t2, s_t2, np.asarray(split, dtype=np.bool_)
 
 
 _VARIO = True
+_EXTEND = True
+
+
+def _chi2_ratio(df: int) -> float:
+    """χ²(df) upper 5% point over df (Wilson–Hilferty): how far a sample variance of df
+    degrees of freedom strays above the true one by chance."""
+    if df < 1:
+        return 1.0
+    a = 2.0 / (9.0 * df)
+    return float((1.0 - a + 1.645 * math.sqrt(a)) ** 3)
+
+
+_DISPERSION = _chi2_ratio if True else (lambda df: 1.0)
 
 
 def variogram(c: Matrix) -> tuple[Matrix, Matrix]:
@@ -228,7 +242,7 @@ class Judged:
     df: Matrix  # degrees of freedom of z's reference distribution (inf: normal)
     slope: Matrix  # samples per dump over the recent window
     se: Matrix  # its standard error
-    window_start: int
+    window_start: Index  # first dump of each row's drift window
     slowdown_z: Matrix  # NaN where the series is too short
     rise_z: Matrix
     rise: Matrix  # samples: last third's level minus the first dumps'
@@ -238,7 +252,8 @@ class Judged:
 
     def p_value(self, i: int) -> float:
         """One-sided p-value of row ``i``'s drift test."""
-        return t_sf(float(self.z[i]), float(self.df[i]))
+        z = float(self.z[i])
+        return 0.5 if z == 0.0 else t_sf(z, float(self.df[i]))
 
 
 def _critical(df: Matrix, level: float) -> Matrix:
@@ -268,7 +283,8 @@ def _two_dumps(c: Matrix) -> Judged:
     z = delta / noise
     verdict = [GROWING if v >= Z_GROWING else STEADY for v in z]
     zeros = np.zeros(rows)
-    return Judged(verdict, 2, z, np.full(rows, np.inf), delta, noise, 0, np.full(rows, np.nan),
+    return Judged(verdict, 2, z, np.full(rows, np.inf), delta, noise,
+                  np.zeros(rows, dtype=np.int64), np.full(rows, np.nan),
                   z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros)
 
 
@@ -283,8 +299,13 @@ def judge_counts(c: Matrix) -> Judged:
     full = np.full(rows, n, dtype=np.int64)
     zero = np.zeros(rows, dtype=np.int64)
     w0, t0 = windows(n)
-    m = n - w0
-    win = np.full(rows, w0, dtype=np.int64)
+    first = hinge(c)
+    # A count that never fell had nothing freed between dumps: every step is new samples,
+    # so the whole stretch since growth began is the persistent part's record, and the
+    # window reaches back to it (a late leak is judged from where it started).
+    never_fell = np.all(np.diff(c, axis=1) >= 0, axis=1)
+    win = np.where(never_fell & _EXTEND, np.minimum(first, w0), w0).astype(np.int64)
+    m = full - win
     slope = sums.slope(win, full)
     # The noise comes from every step of the series (more steps, a surer estimate; steps of
     # an earlier fill only widen it, the safe side); new samples arrive as a Poisson count,
@@ -303,11 +324,10 @@ def judge_counts(c: Matrix) -> Judged:
     # Steps that vary no more than a Poisson count: the variance is known (normal
     # reference). Otherwise it was estimated from n-1 steps: Student t, one degree fewer
     # when it was split in two.
-    poisson = ~split & (var <= pace)
+    poisson = ~split & ((var <= pace) | (never_fell & (var <= pace * _DISPERSION(n - 2))))
     df = np.where(poisson, np.inf, np.maximum(np.where(split, n - 3.0, n - 2.0), 1.0))
     crit = _critical(df, ALPHA_LEAK)
 
-    first = hinge(c)
     # Slowdown: the slope over the last third against the slope from where growth began.
     slow = np.full(rows, np.nan)
     last = np.full(rows, t0, dtype=np.int64)
@@ -317,14 +337,19 @@ def judge_counts(c: Matrix) -> Judged:
         b_last = sums.slope(last, full)
         g_mean, g_var, g_cov = sums.moments(start, full)
         g_p2, g_t2, _ = split_noise(full - start - 1, g_var, g_cov)
-        g_p2 = np.maximum(g_p2, np.maximum(g_mean, 0.0))
+        # Where nothing was ever freed, a leak that went on would add a Poisson count of
+        # samples at its pace: that is the noise to compare the slowdown with (a sample
+        # variance would count the slowdown itself as noise).
+        g_p2 = np.where(never_fell, np.maximum(g_mean, 0.0),
+                        np.maximum(g_p2, np.maximum(g_mean, 0.0)))
+        g_t2 = np.where(never_fell, 0.0, g_t2)
         v = slope_variance(t0 - start, g_p2, g_t2) + slope_variance(n - t0, g_p2, g_t2)
         with np.errstate(divide="ignore", invalid="ignore"):
             slow = np.where(v > 0, (b_before - b_last) / np.sqrt(v), 0.0)
 
     # Rise: the last third's level against the first dumps', each uncertain by its spread
     # and at least by its counting noise (a level of c samples, by sqrt(c)).
-    q = max(1, n // 6)
+    q = 1
     tl = max(t0, 1)
     head_mean = np.mean(c[:, :q], axis=1)
     tail_mean = np.mean(c[:, tl:], axis=1)
@@ -356,7 +381,7 @@ def judge_counts(c: Matrix) -> Judged:
             verdict.append(CHURN)
         else:
             verdict.append(STEADY)
-    return Judged(verdict, n, z, df, slope, se, w0, slow, rise_z, rise, first, s_p2, s_t2)
+    return Judged(verdict, n, z, df, slope, se, win, slow, rise_z, rise, first, s_p2, s_t2)
 
 
 def _stopped(c: Matrix, t0: int, q: int, rise: Matrix) -> Matrix:
@@ -383,20 +408,26 @@ def _stopped(c: Matrix, t0: int, q: int, rise: Matrix) -> Matrix:
 
 def more_dumps(j: Judged, i: int, limit: int = 1000) -> int | None:
     """About how many more dumps (at the same interval and pace) row ``i`` needs before its
-    drift test can reach the ``leak`` level; None when it is not drifting up."""
+    drift test can reach the ``leak`` level; None when it is not drifting up, or would need
+    more than ``limit``."""
     slope = float(j.slope[i])
     if slope <= 0 or not math.isfinite(slope):
         return None
-    s_p2, s_t2 = float(j.s_p2[i]), float(j.s_t2[i])
-    df_step = 0.0 if math.isinf(float(j.df[i])) else 1.0
-    for extra in range(1, limit + 1):
-        n = j.n + extra
-        w0, _t0 = windows(n)
-        se = math.sqrt(float(slope_variance(n - w0, s_p2, s_t2)))
-        df = math.inf if df_step == 0 else float(j.df[i]) + extra
-        if se == 0 or slope / se >= _crit(df, ALPHA_LEAK):
-            return extra
-    return None
+    extra = np.arange(1, limit + 1)
+    n = j.n + extra
+    m = np.where(n <= MIN_WINDOW, n, np.maximum(MIN_WINDOW, np.ceil(n / 2.0)))
+    se = np.sqrt(slope_variance(m.astype(np.int64), float(j.s_p2[i]), float(j.s_t2[i])))
+    df = float(j.df[i])
+    if math.isinf(df):
+        crit = np.full(limit, _crit(math.inf, ALPHA_LEAK))
+    else:
+        # Student t's critical value falls towards the normal one as steps accumulate.
+        crit = np.asarray([_crit(min(df + e, 200.0), ALPHA_LEAK) for e in range(1, 33)]
+                          + [_crit(200.0, ALPHA_LEAK)] * max(0, limit - 32))[:limit]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = (se == 0) | (slope / se >= crit)
+    hits = np.flatnonzero(ok)
+    return int(extra[hits[0]]) if hits.size else None
 
 
 @dataclass(frozen=True)
@@ -453,9 +484,10 @@ def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
     slope = float(j.slope[i]) * w
     half = 1.96 * float(j.se[i]) * w
     per_s = None
+    start = int(j.window_start[i])
     if times is not None and len(times) == n:
-        span = times[-1] - times[j.window_start]
-        steps = n - 1 - j.window_start
+        span = times[-1] - times[start]
+        steps = n - 1 - start
         if span > 0 and steps > 0:
             per_s = slope * steps / span
     verdict = j.verdict[i]
@@ -464,10 +496,10 @@ def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
     return Trend(
         verdict=verdict, dumps=n, growth=float(y[-1] - y[0]), slope_per_dump=slope,
         slope_low=slope - half, slope_high=slope + half, slope_per_s=per_s,
-        z=float(j.z[i]), p_value=j.p_value(i), window_start=j.window_start,
+        z=float(j.z[i]), p_value=j.p_value(i), window_start=start,
         first_growth=first, slowdown_z=None if math.isnan(slow) else slow,
         rise_z=float(j.rise_z[i]), samples=float(c[-1]),
-        new_samples=float(c[-1] - c[j.window_start]),
+        new_samples=float(c[-1] - c[start]),
         noise_persistent=math.sqrt(max(float(j.s_p2[i]), 0.0)) * w,
         noise_transient=math.sqrt(max(float(j.s_t2[i]), 0.0)) * w,
         more_dumps=more_dumps(j, i) if verdict == GROWING else None)

@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import math
-import re
 
 from heapscope.errors import UsageError
 
 DEFAULT_SAMPLE = 1 << 19  # jemalloc's default and the seeds' choice: one sample per 512 KiB
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str, option: str = "size") -> int:
-    """Bytes from ``4096``, ``512k``, ``512KiB``, ``1M``, ``2GB`` (binary units)."""
-    m = _SIZE.match(text)
-    if m is None:
-        raise UsageError(f"{option} {text!r}: not a size (examples: 4096, 512k, 1MiB)")
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value < 1:
-        raise UsageError(f"{option} {text!r}: must be at least 1 byte")
-    return int(value)
-
 
 def lg2(nbytes: int) -> int:
     """The power of two nearest to ``nbytes`` (jemalloc takes sizes as log2)."""

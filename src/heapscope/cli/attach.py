@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from heapscope.capture import attach as at
-from heapscope.capture.conf import lg2, parse_size
+from heapscope.capture.conf import lg2
 from heapscope.capture.gdbctl import NOPROF_HINT, AttachError, Op
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.leaks import render_leaks
-from heapscope.units import human_bytes
+from heapscope.units import human_bytes, parse_size
 
 ACTIONS = ("status", "dump", "start", "stop", "reset", "window", "watch")
 

@@ -103,7 +103,8 @@ def _dump_dir(args: argparse.Namespace, unit: str | None) -> str:
 
 
 def _size(text: str | None, option: str) -> int | None:
-    from heapscope.capture.conf import lg2, parse_size
+    from heapscope.capture.conf import lg2
+    from heapscope.units import parse_size
 
     if text is None:
         return None

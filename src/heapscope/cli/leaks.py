@@ -11,31 +11,29 @@ from typing import Any
 from heapscope.analysis.leaks import find_leaks
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.analysis.suppress import read_file
-from heapscope.capture.conf import parse_size
 from heapscope.capture.session import read_manifest
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
-from heapscope.cli.pictures import print_commands, write_html
+from heapscope.cli.gates import add_gate_options, gate, thresholds
+from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
 from heapscope.prepare import expand_inputs, is_session
 from heapscope.progress import DelayedProgress
+from heapscope.render.commands import print_commands
 from heapscope.render.leaks import render_leaks
-
-LEAK_EXIT = 10
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``leaks`` subcommand."""
     p = sub.add_parser(
         "leaks", help="tell leaks from caches over a series of dumps, per process",
-        description="Classify every allocation site of every process as leak, bounded, churn "
-                    "or steady from a series of dumps (a session, a folder of dumps, or "
-                    "dump files); a single dump at exit lists what is still live.")
+        description="Judge every allocation site of every process over a series of dumps "
+                    "(a session, a folder of dumps, or dump files): leak, growing, bounded, "
+                    "churn or steady, with the evidence; a single dump lists what is live.")
     p.add_argument("paths", nargs="*", metavar="PATH", help="session, folder or dump files")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--suppressions", action="append", default=[], metavar="FILE",
                    help="LeakSanitizer-style file of leak:PATTERN lines (repeatable)")
-    p.add_argument("--fail-on-leak", nargs="?", const="0", default=None, metavar="BYTES",
-                   help=f"exit {LEAK_EXIT} when leaks hold more than BYTES (default 0)")
+    add_gate_options(p, "total")
     p.add_argument("--top", type=int, default=10, metavar="N", help="suspects to print")
     p.add_argument("--html", metavar="DIR",
                    help="also write flamegraph.html (and timeline.html for a session) in DIR")
@@ -56,23 +54,9 @@ def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | No
     return info, root
 
 
-def _fail_threshold(args: argparse.Namespace) -> int | None:
-    """The --fail-on-leak threshold; a path it swallowed (``--fail-on-leak SESSION``) is
-    given back to the paths."""
-    value = args.fail_on_leak
-    if value is None:
-        return None
-    if value == "0":
-        return 0
-    if os.path.exists(value) and not value.strip().isdigit():
-        args.paths.insert(0, value)
-        return 0
-    return parse_size(value, "--fail-on-leak")
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope leaks``."""
-    threshold = _fail_threshold(args)
+    leak_limit, live_limit = thresholds(args, args.paths)
     if not args.paths:
         raise UsageError("no session, folder or dump given: heapscope leaks PATH…")
     rules = [r for f in args.suppressions for r in read_file(f)]
@@ -97,8 +81,4 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(args.html, exist_ok=True)
         for path in write_html(args.paths[0], args.html):
             print(f"heapscope: wrote {path}", file=sys.stderr)
-    if threshold is not None and report.leak_bytes > threshold:
-        print(f"heapscope: leaks hold {int(report.leak_bytes)} bytes (> {threshold}): "
-              f"exit {LEAK_EXIT}", file=sys.stderr)
-        return LEAK_EXIT
-    return 0
+    return gate(report, leak_limit, live_limit)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heapscope.capture.conf import parse_size
 from heapscope.capture.runner import RunOptions, run_session
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.report import render_report
+from heapscope.units import parse_size
 
 #: Exit status of ``--fail-on-leak`` when the program itself succeeded but leaked.
-LEAK_EXIT = 10
+
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,8 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--conf", default="", metavar="RAW",
                    help="extra MALLOC_CONF options, passed through as they are")
     p.add_argument("--jemalloc", metavar="PATH", help="the libjemalloc.so to preload")
-    p.add_argument("--fail-on-leak", nargs="?", const="0", default=None, metavar="BYTES",
-                   help=f"exit {LEAK_EXIT} when leak suspects hold more than BYTES (default 0)")
+    add_gate_options(p, "total")
     p.add_argument("--no-symbolize", action="store_true",
                    help="do not symbolize now (the session then needs the binaries later)")
     p.add_argument("--top", type=int, default=5, metavar="N", help="suspects to print")
@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.every is not None and args.every <= 0:
         raise UsageError("--every needs a positive number of seconds")
-    threshold = parse_size(args.fail_on_leak, "--fail-on-leak") \
-        if args.fail_on_leak not in (None, "0") else 0
+    leak_limit, live_limit = thresholds(args)
     with DelayedProgress() as bar:
         res = run_session(cmd, opts, bar.update)
     print_diagnostics(tuple(res.diagnostics), args.verbose)
@@ -83,8 +82,6 @@ def run(args: argparse.Namespace) -> int:
         for path in write_html(res.path, res.path):
             sys.stderr.write(f"wrote {path}\n")
     status = res.result.exit_status
-    if status == 0 and args.fail_on_leak is not None and res.leak_bytes > threshold:
-        sys.stderr.write(f"heapscope: leak suspects hold {int(res.leak_bytes)} bytes "
-                         f"(> {threshold}): exit {LEAK_EXIT}\n")
-        return LEAK_EXIT
+    if status == 0:
+        return gate(res.leaks, leak_limit, live_limit)
     return status

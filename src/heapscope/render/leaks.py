@@ -1,4 +1,9 @@
-"""The leak finder's terminal report: processes, then suspects with verdict and evidence."""
+"""The leak finder's terminal report: processes, then suspects with verdict and evidence.
+
+Every sentence is derived from the numbers it sits beside: the summary counts the verdicts
+shown, and each suspect's evidence line states the growth, the rate with its interval, the
+test statistic and p-value, and how many samples stand behind them.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +14,116 @@ from rich.console import Console
 from rich.markup import escape
 
 from heapscope.analysis import trend
-from heapscope.analysis.leaks import EXPECTED, INHERITED, LEAK, SUPPRESSED, Finding, LeakReport
+from heapscope.analysis.leaks import (
+    EXPECTED,
+    GROWING,
+    INHERITED,
+    LEAK,
+    LIVE,
+    QUIET,
+    SUPPRESSED,
+    Finding,
+    LeakReport,
+    ProcessFinding,
+)
 from heapscope.units import human_bytes
 
-_STYLE = {LEAK: "bold red", trend.BOUNDED: "yellow", trend.CHURN: "cyan",
-          trend.STEADY: "dim", EXPECTED: "dim", INHERITED: "dim", SUPPRESSED: "dim"}
+_STYLE = {LEAK: "bold red", GROWING: "magenta", trend.BOUNDED: "yellow", trend.CHURN: "cyan",
+          LIVE: "bold", trend.STEADY: "dim", EXPECTED: "dim", INHERITED: "dim",
+          SUPPRESSED: "dim"}
+_PROCESS = {"leaks": "[bold red]LEAKS[/]", "undecided": "[magenta]undecided[/]",
+            "clean": "clean", "unjudged": "one dump", "no dumps": "no dumps"}
 
 
-def _evidence(f: Finding) -> str:
+def _signed(value: float) -> str:
+    return ("+" if value >= 0 else "") + human_bytes(value)
+
+
+def _p(p: float) -> str:
+    return "p < 1e-6" if p < 1e-6 else f"p {p:.2g}"
+
+
+def _rate(t: trend.Trend) -> str:
+    rate = (f"{_signed(t.slope_per_dump)}/dump (95%: {_signed(t.slope_low)} to "
+            f"{_signed(t.slope_high)})")
+    if t.slope_per_s is not None:
+        rate += f", {_signed(t.slope_per_s)}/s"
+    return rate
+
+
+def evidence(f: Finding) -> str:
+    """One line saying why ``f`` got its verdict, in the numbers the verdict rests on."""
     t = f.trend
     if t is None:
         if f.verdict == EXPECTED:
             return "allocated by a runtime as it started (expected)"
         if f.verdict == INHERITED:
             return "inherited from the parent process"
-        return "live at exit (a single dump: no growth to judge)"
-    parts = [f"{'+' if t.rise >= 0 else ''}{human_bytes(t.rise)} over {len(f.series)} dumps"]
-    if f.verdict in (LEAK, trend.BOUNDED):
-        rate = f"{human_bytes(t.slope_per_dump)}/dump"
-        if t.slope_per_s is not None:
-            rate += f", {human_bytes(t.slope_per_s)}/s"
-        parts.append(rate)
-        if t.first_growth:
-            parts.append(f"growing since dump {t.first_growth}")
-        parts.append(f"fit {t.fit:.2f}")
-    if f.verdict == trend.BOUNDED:
-        parts.append("flat over the last part")
-    parts.append(f"trend z {t.z:.1f} (recent {t.z_recent:.1f})")
-    parts.append(f"noise ±{human_bytes(t.noise)}")
+        if f.verdict == SUPPRESSED:
+            return f"suppressed by {f.suppressed_by}"
+        return "live in the only dump: one dump cannot show growth"
+    since = f" since dump {t.first_growth}" if t.first_growth else ""
+    grew = f"{_signed(t.growth)} over {t.dumps} dumps"
+    drift = f"drift z {t.z:.1f}, {_p(t.p_value)}"
+    if t.q_value is not None and t.verdict in (LEAK, GROWING):
+        drift += f", q {t.q_value:.2g}"
+    window = t.dumps - t.window_start
+    samples = f"{t.samples:,.0f} samples ({t.new_samples:+,.0f} over the last {window} dumps)"
+    if t.verdict == LEAK:
+        parts = [grew + since, _rate(t), drift, samples]
+    elif t.verdict == GROWING:
+        more = (f"take about {t.more_dumps} more dumps to decide" if t.more_dumps
+                else "more dumps will decide")
+        parts = [grew + since, _rate(t), drift + ": not yet a proven leak", samples, more]
+    elif t.verdict == trend.BOUNDED:
+        parts = [grew + since, f"rise z {t.rise_z:.1f}",
+                 "flat over the last third: growth stopped (a cache that filled?)"]
+    elif t.verdict == trend.CHURN:
+        lo, hi = min(f.series[:t.dumps]), max(f.series[:t.dumps])
+        parts = [f"moves between {human_bytes(lo)} and {human_bytes(hi)}", grew,
+                 "no lasting rise"]
+    else:
+        parts = [grew, "no significant change"]
+    if f.at_exit is not None:
+        parts.append(f"{human_bytes(f.at_exit)} left at exit")
+    if f.suppressed_by:
+        parts.append(f"suppressed by {f.suppressed_by}")
+    return "; ".join(parts)
+
+
+def _process_line(p: ProcessFinding) -> str:
+    cmd = shlex.join(p.cmdline) if p.cmdline else p.exe
+    mark = _PROCESS.get(p.verdict, p.verdict)
+    if p.exit_bytes is not None:
+        dumps = f"{p.judged} dumps + exit"
+    else:
+        dumps = f"{p.dumps} dump{'s' if p.dumps != 1 else ''}"
+    extra = ""
+    if p.leak_bytes:
+        extra += f"  leak {human_bytes(p.leak_bytes)}"
+    if p.growing_bytes and p.verdict != "leaks":
+        extra += f"  growing {human_bytes(p.growing_bytes)}"
+    if p.exit_bytes is not None:
+        extra += f"  at exit {human_bytes(p.exit_bytes)}"
+    return (f"  {p.pid!s:>8}  {p.role:<7}  {mark:<9}  {dumps:<15}  "
+            f"live {human_bytes(p.live_bytes)}{extra}  {escape(cmd[:70])}")
+
+
+def _summary(report: LeakReport, shown: list[Finding]) -> str:
+    counts: dict[str, int] = {}
+    for f in shown:
+        counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    if counts.get(LEAK):
+        return ""
+    parts = ["no leak found"]
+    if counts.get(GROWING):
+        parts.append(f"{counts[GROWING]} site(s) grew without proof of a leak (growing)")
+    if counts.get(trend.BOUNDED):
+        parts.append(f"{counts[trend.BOUNDED]} grew, then levelled off (bounded)")
+    if counts.get(LIVE):
+        parts.append(f"{counts[LIVE]} live in a single dump (growth unknown)")
+    if not shown:
+        parts.append("no site grew, and nothing beyond runtime start-up was left live")
     return "; ".join(parts)
 
 
@@ -49,31 +136,29 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
     procs = report.processes
     con.print(f"[bold]processes ({len(procs)})[/]")
     for p in procs[:15]:
-        cmd = shlex.join(p.cmdline) if p.cmdline else p.exe
-        mark = "[bold red]LEAKS[/]" if p.verdict == "leaks" else "clean"
-        leaked = f"  leak {human_bytes(p.leak_bytes)}" if p.leak_bytes else ""
-        con.print(f"  {p.pid!s:>8}  {p.role:<7}  {mark:<5}  {p.dumps:>3} dump"
-                  f"{'s' if p.dumps != 1 else ' '}  live {human_bytes(p.live_bytes)}{leaked}"
-                  f"  {escape(cmd[:70])}")
+        con.print(_process_line(p))
     if len(procs) > 15:
         con.print(f"  … and {len(procs) - 15} more processes")
-    shown = [f for f in report.findings if f.verdict not in (trend.STEADY, EXPECTED,
-                                                                 INHERITED, SUPPRESSED)]
-    if not shown:
-        con.print("\nno leaks: no site grew or was left live beyond runtime start-up")
-    else:
+    shown = [f for f in report.findings if f.verdict not in QUIET]
+    summary = _summary(report, shown)
+    if summary:
+        con.print(f"\n{summary}")
+    if shown:
         con.print("\n[bold]suspects, most likely leak first[/]")
     for n, f in enumerate(shown[:top], 1):
         where = f"  {escape(f.file)}:{f.line}" if f.file else ""
         style = _STYLE.get(f.verdict, "")
-        con.print(f" {n:>2}. [{style}]{f.verdict.upper() if f.verdict == LEAK else f.verdict}"
-                  f"[/]  {human_bytes(f.bytes)} in {int(f.objects):,} objects  "
+        label = f.verdict.upper() if f.verdict == LEAK else f.verdict
+        size = (f"{human_bytes(f.bytes)} in {int(f.objects):,} objects" if not f.rollup
+                else f"{human_bytes(f.bytes)} over {f.sites} call paths ({f.rollup} roll-up)")
+        con.print(f" {n:>2}. [{style}]{label}[/]  {size}  "
                   f"[bold]{escape(f.function)}[/]{where}  (pid {f.pid})")
-        con.print(f"       {escape(_evidence(f))}")
+        con.print(f"       {escape(evidence(f))}")
         for fr in f.stack[1:frames]:
             con.print(f"         {escape(fr)}")
-    hidden = {v: sum(1 for f in report.findings if f.verdict == v)
-              for v in (trend.STEADY, EXPECTED, INHERITED, SUPPRESSED)}
+    if len(shown) > top:
+        con.print(f"  … {len(shown) - top} more (--top N, or --format json)")
+    hidden = {v: sum(1 for f in report.findings if f.verdict == v) for v in QUIET}
     rest = ", ".join(f"{n} {v}" for v, n in hidden.items() if n)
     if rest:
         con.print(f"\nnot shown: {rest} sites (--format json lists them)")

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from heapscope.analysis.leaks import LEAK
 from heapscope.capture.runner import SessionResult
-from heapscope.cli.pictures import print_commands
+from heapscope.render.commands import print_commands
 from heapscope.render.leaks import render_leaks
 
 

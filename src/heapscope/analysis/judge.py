@@ -1,0 +1,203 @@
+"""Judge every allocation site of one process over its series of dumps.
+
+The series becomes two matrices (sites × dumps): estimated live bytes, and the sampled
+objects behind them, which the trend tests of :mod:`heapscope.analysis.trend` need. Before
+judging:
+
+- a final dump taken after a clean shutdown (most live bytes freed at exit) is not a point
+  of the series: growth is judged on the running dumps and the exit dump is kept as "what was
+  left";
+- every site is tested, and the leak verdict must also survive the process-wide
+  false-discovery control (Benjamini–Hochberg at ``Q_FAMILY`` over the sites that moved),
+  so a process with thousands of sites does not collect false leaks by chance;
+- sites are also rolled up by leaf line and by leaf function, so that many small stacks
+  leaking through the same code are caught together even when none is big enough alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heapscope.analysis import trend
+from heapscope.analysis.series import ProcessSeries, SiteKey
+from heapscope.analysis.stats import bh_qvalues
+
+TEARDOWN_SHARE = 0.5  # an exit dump holding less than this share of the dump before it
+Q_FAMILY = 0.05  # false-discovery rate of leak verdicts within one process
+BLOCK = 1 << 21  # cells judged at once (bounds memory on long series of big processes)
+ROLLUP_SHARE = 0.5  # a roll-up is shown when its leaking sites explain less than this
+
+
+@dataclass
+class SiteSeries:
+    """One site (or roll-up of sites) of one process: its values and verdict."""
+
+    key: SiteKey
+    values: list[float]  # estimated live bytes per dump, exit dump included
+    objects: float  # estimated objects at the last judged dump
+    trend: trend.Trend | None  # None for a single judged dump
+    at_exit: float | None = None  # bytes left in the exit dump after a teardown
+    rollup: str = ""  # "", "line" or "function"
+    members: int = 1  # sites in a roll-up
+
+    @property
+    def bytes(self) -> float:
+        """Live bytes at the last judged dump."""
+        return self.values[self.judged - 1] if self.values else 0.0
+
+    @property
+    def judged(self) -> int:
+        """How many dumps the verdict rests on."""
+        return self.trend.dumps if self.trend is not None else 1
+
+    @property
+    def verdict(self) -> str:
+        """The trend verdict (``live`` without one)."""
+        return self.trend.verdict if self.trend is not None else "live"
+
+
+@dataclass
+class ProcessJudgement:
+    """All sites of one process, judged."""
+
+    dumps: int  # dumps read
+    judged: int  # dumps the verdicts rest on (the exit dump after a teardown excluded)
+    teardown: bool
+    sites: list[SiteSeries]
+    rollups: list[SiteSeries] = field(default_factory=list)
+    totals: list[float] = field(default_factory=list)  # live bytes per dump
+
+
+def tore_down(kinds: list[str], totals: list[float]) -> bool:
+    """True when the last dump was written at exit after the program freed most of its
+    memory (a clean shutdown): then it is not one more point of the series. ``kinds`` are
+    the dumps' jemalloc kinds (``f`` final), ``totals`` their live bytes."""
+    if len(totals) < 2 or not kinds or kinds[-1] != "f":
+        return False
+    return totals[-1] < TEARDOWN_SHARE * totals[-2]
+
+
+def judge_process(series: ProcessSeries, leaf: dict[SiteKey, tuple[str, str]]
+                  ) -> ProcessJudgement:
+    """Judge every site of ``series``; ``leaf`` gives each site's (function, leaf line) for
+    the roll-ups."""
+    tallies = series.tallies
+    n = len(tallies)
+    totals = [sum(v[0] for v in t.values()) for t in tallies]
+    teardown = n >= 3 and tore_down(series.kinds, totals)
+    judged = n - 1 if teardown else n
+    keys = sorted({k for t in tallies for k in t})
+    row = {k: i for i, k in enumerate(keys)}
+    values = np.zeros((len(keys), n))
+    counts = np.zeros((len(keys), n))
+    for j, t in enumerate(tallies):
+        for k, v in t.items():
+            i = row[k]
+            values[i, j] = v[0]
+            counts[i, j] = v[2]
+    objects = np.asarray([tallies[judged - 1].get(k, [0.0, 0.0, 0.0])[1] for k in keys])
+    times = _times(series, judged)
+    sites = _judge_rows(keys, values, counts, objects, judged, times, teardown)
+    rollups: list[SiteSeries] = []
+    if judged >= 3 and keys:
+        rollups = _rollups(keys, values, counts, objects, judged, times, teardown, leaf, sites)
+    return ProcessJudgement(n, judged, teardown, sites, rollups, totals)
+
+
+def _times(series: ProcessSeries, judged: int) -> list[float] | None:
+    ts = series.times
+    if ts is None or len(ts) < judged:
+        return None
+    ts = ts[:judged]
+    return ts if ts[-1] > ts[0] else None
+
+
+def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
+                objects: np.ndarray, judged: int, times: list[float] | None,
+                teardown: bool, *, rollup: str = "", members: list[int] | None = None
+                ) -> list[SiteSeries]:
+    """Trend verdicts for each row, with the family-wide correction of leak verdicts."""
+    out: list[SiteSeries] = []
+    if judged < 2:
+        for i, k in enumerate(keys):
+            out.append(SiteSeries(k, values[i].tolist(), float(objects[i]), None,
+                                  float(values[i, -1]) if teardown else None, rollup,
+                                  members[i] if members else 1))
+        return out
+    y = values[:, :judged]
+    c = counts[:, :judged]
+    trends: list[trend.Trend] = []
+    step = max(1, BLOCK // judged)
+    for lo in range(0, len(keys), step):
+        hi = min(len(keys), lo + step)
+        j = trend.judge_counts(c[lo:hi])
+        yb, cb = y[lo:hi], c[lo:hi]
+        trends.extend(trend.describe(j, i, cb, yb, times) for i in range(hi - lo))
+    trends = _control_family(trends, y)
+    for i, k in enumerate(keys):
+        out.append(SiteSeries(k, values[i].tolist(), float(objects[i]), trends[i],
+                              float(values[i, -1]) if teardown else None, rollup,
+                              members[i] if members else 1))
+    return out
+
+
+def _control_family(trends: list[trend.Trend], y: np.ndarray) -> list[trend.Trend]:
+    """Benjamini–Hochberg over the sites that moved: a leak verdict needs q ≤ Q_FAMILY.
+
+    Sites whose series never changed cannot be leaks under any test, so they are left out
+    of the family (they would only dilute it). A leak that fails the correction is
+    ``growing``: it drifts up, but not surely enough among this many sites.
+    """
+    moved = [i for i in range(len(trends)) if np.ptp(y[i]) > 0]
+    q = bh_qvalues([trends[i].p_value for i in moved])
+    out = list(trends)
+    for i, qi in zip(moved, q, strict=True):
+        t = trends[i]
+        verdict = t.verdict
+        if verdict == trend.LEAK and qi > Q_FAMILY:
+            verdict = trend.GROWING
+        out[i] = t.with_verdict(verdict, qi)
+    return out
+
+
+def _rollups(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
+             objects: np.ndarray, judged: int,
+             times: list[float] | None, teardown: bool, leaf: dict[SiteKey, tuple[str, str]],
+             sites: list[SiteSeries]) -> list[SiteSeries]:
+    """Leaks found only by summing sites that share a leaf line, or a leaf function.
+
+    A roll-up is reported when it is a leak and the sites already called leak explain less
+    than half of its growth (otherwise it would only repeat them).
+    """
+    growth = {s.key: max(s.trend.growth, 0.0) for s in sites
+              if s.trend is not None and s.trend.verdict == trend.LEAK}
+    reported: list[SiteSeries] = []
+    covered: set[SiteKey] = set(growth)
+    for kind, pick in (("line", 1), ("function", 0)):
+        groups: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            name = leaf.get(k, ("", ""))[pick]
+            if name:
+                groups.setdefault(name, []).append(i)
+        names = [g for g, rows in groups.items() if len(rows) >= 2]
+        if not names:
+            continue
+        v = np.stack([values[groups[g]].sum(axis=0) for g in names])
+        c = np.stack([counts[groups[g]].sum(axis=0) for g in names])
+        objs = np.asarray([objects[groups[g]].sum() for g in names])
+        found = _judge_rows([(g,) for g in names], v, c, objs, judged, times, teardown,
+                            rollup=kind, members=[len(groups[g]) for g in names])
+        for g, r in zip(names, found, strict=True):
+            t = r.trend
+            if t is None or t.verdict != trend.LEAK or t.growth <= 0:
+                continue
+            explained = sum(growth.get(keys[i], 0.0) for i in groups[g] if keys[i] in covered)
+            if explained >= ROLLUP_SHARE * t.growth:
+                continue
+            reported.append(r)
+            for i in groups[g]:
+                covered.add(keys[i])
+                growth.setdefault(keys[i], max(float(values[i, judged - 1] - values[i, 0]), 0.0))
+    return reported

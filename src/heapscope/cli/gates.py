@@ -1,0 +1,72 @@
+"""``--fail-on-leak`` and ``--fail-on-live``: the exit status a CI job acts on."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from heapscope.analysis.leaks import LeakReport
+from heapscope.analysis.processes import QUIET_ROLES
+from heapscope.units import human_bytes, parse_size
+
+LEAK_EXIT = 10  # leaks (or memory left live) above the threshold
+UNJUDGED_EXIT = 11  # --fail-on-leak, but no process had a series to judge
+
+
+def add_gate_options(p: argparse.ArgumentParser, what: str) -> None:
+    """Add the two thresholds to a subcommand."""
+    p.add_argument("--fail-on-leak", nargs="?", const="0", default=None, metavar="BYTES",
+                   help=f"exit {LEAK_EXIT} when sites judged leak (over a series of dumps) "
+                        f"gained more than BYTES in {what} (default 0); exit {UNJUDGED_EXIT} "
+                        "when no process has a series to judge")
+    p.add_argument("--fail-on-live", default=None, metavar="BYTES",
+                   help=f"exit {LEAK_EXIT} when more than BYTES are still live in each "
+                        "process's last dump (runtime start-up, inherited and suppressed "
+                        "memory aside): the CI use of jemalloc's leak summary at exit")
+
+
+def thresholds(args: argparse.Namespace, paths: list[str] | None = None
+               ) -> tuple[int | None, int | None]:
+    """(--fail-on-leak, --fail-on-live) in bytes; a path that --fail-on-leak's optional
+    value swallowed (``--fail-on-leak SESSION``) goes back to ``paths``."""
+    leak: int | None = None
+    value = args.fail_on_leak
+    if value is not None:
+        if value == "0":
+            leak = 0
+        elif paths is not None and os.path.exists(value) and not value.strip().isdigit():
+            paths.insert(0, value)
+            leak = 0
+        else:
+            leak = parse_size(value, "--fail-on-leak")
+    live = parse_size(args.fail_on_live, "--fail-on-live") if args.fail_on_live else None
+    return leak, live
+
+
+def gate(report: LeakReport, leak: int | None, live: int | None) -> int:
+    """The exit status the thresholds ask for (0 when none is crossed), with one line each."""
+    status = 0
+    if leak is not None:
+        held = report.leak_bytes
+        judged = [p for p in report.processes if p.judged >= 2]
+        unjudged = [p for p in report.processes
+                    if p.dumps and p.judged < 2 and p.role not in QUIET_ROLES]
+        if held > leak:
+            print(f"heapscope: leaks hold {human_bytes(held)} ({int(held)} bytes > {leak}): "
+                  f"exit {LEAK_EXIT}", file=sys.stderr)
+            status = LEAK_EXIT
+        elif not judged:
+            print("heapscope: --fail-on-leak needs a series of dumps and every process has "
+                  "one: nothing could be judged (take dumps as it runs: run --every SECONDS, "
+                  f"or use --fail-on-live BYTES): exit {UNJUDGED_EXIT}", file=sys.stderr)
+            status = UNJUDGED_EXIT
+        elif unjudged:
+            pids = ", ".join(str(p.pid) for p in unjudged[:8])
+            print(f"heapscope: note: {len(unjudged)} process(es) with a single dump were not "
+                  f"judged for leaks (pid {pids})", file=sys.stderr)
+    if live is not None and report.left_bytes > live:
+        print(f"heapscope: {human_bytes(report.left_bytes)} still live in the last dumps "
+              f"({int(report.left_bytes)} bytes > {live}): exit {LEAK_EXIT}", file=sys.stderr)
+        status = status or LEAK_EXIT
+    return status
