@@ -161,7 +161,9 @@ def test_window_ranks_slow_leak_first(server: Target, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["suspects"][0]["function"] == "slow_leak"
-    assert doc["suspects"][0]["verdict"] == "leak"
+    # Two dumps show growth, but cannot tell a leak from a cache that is still filling.
+    assert doc["suspects"][0]["verdict"] == "growing"
+    assert doc["processes"][0]["verdict"] == "undecided"
     assert len(list((s / "dumps").glob("*.heap"))) == 2
     assert json.loads((s / "report.json").read_text())["mode"] == "window"
     st = json.loads(hs(str(server.pid), "status", "--format", "json",

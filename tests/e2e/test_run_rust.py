@@ -162,8 +162,9 @@ def test_rjem_run_uses_the_programs_own_prefixed_jemalloc(
     assert list((session / "dumps").glob("jeprof.*.f.heap"))
     assert "Leak approximation summary" in (session / "leak-summaries.txt").read_text()
     (proc,) = _json(session / "report.json")["processes"]
-    assert proc["role"] == "main" and proc["leaks"] is True
-    assert proc["leak_bytes"] == pytest.approx(LEAK_BYTES, rel=SAMPLING_REL)
+    # One dump at exit: what is left live, not a judged leak.
+    assert proc["role"] == "main" and proc["verdict"] == "unjudged"
+    assert proc["left_bytes"] >= LEAK_BYTES * (1 - SAMPLING_REL)
 
 
 def test_rjem_report_names_the_rust_leak(
@@ -172,7 +173,7 @@ def test_rjem_report_names_the_rust_leak(
     assert p.returncode == 0, p.stderr
     suspects = _json(session / "report.json")["suspects"]
     first = suspects[0]
-    assert first["verdict"] == "leak"
+    assert first["verdict"] == "live"
     assert first["bytes"] == pytest.approx(LEAK_BYTES, rel=SAMPLING_REL)
     assert first["objects"] == pytest.approx(LEAK_OBJECTS, rel=SAMPLING_REL)
     # HEAPSCOPE BUG (reported to the lead, not fixed here; this test fails until it is):

@@ -48,14 +48,20 @@ def _stack_text(suspect: dict[str, Any]) -> str:
 
 
 def _assert_first_suspect(run: ScenarioRun, function: str, pid: int, file: str) -> None:
+    """The leaking line is ranked first. Each process left one dump (at exit), which shows
+    what is live but not what grows: the site is ``live``, the process ``unjudged``, and
+    what it left live beyond runtime start-up is the leak."""
     first = run.first_suspect
     assert first["function"] == function, run.describe()
     assert first["pid"] == pid, run.describe()
     assert Path(str(first.get("file") or "")).name == file, run.describe()
-    assert first["verdict"] == "leak", run.describe()
+    assert first["verdict"] == "live", run.describe()
     stack = first.get("stack") or []
     assert stack and str(stack[0]).startswith(f"{function} "), run.describe()
-    assert run.process(pid)["leaks"] is True, run.describe()
+    proc = run.process(pid)
+    assert proc["verdict"] == "unjudged" and proc["leaks"] is False, run.describe()
+    assert proc["left_bytes"] >= first["bytes"], run.describe()
+    assert not [s for s in run.suspects if s["verdict"] == "leak"], run.describe()
 
 
 # --------------------------------------------------------------------------------------
@@ -88,15 +94,17 @@ def test_prefork_follows_every_worker(prefork_run: ScenarioRun) -> None:
     pids = prefork_run.pids
     assert len(pids) == 4, prefork_run.stdout
     master = prefork_run.process(pids["master"])
-    assert master["leaks"] is False, prefork_run.describe()
+    assert master["left_bytes"] < 256 * 1024, prefork_run.describe()
     for i in (1, 2, 3):
         worker = prefork_run.process(pids[f"worker index={i}"])
         assert worker["ppid"] == pids["master"], prefork_run.describe()
-        assert worker["leaks"] is (i == 2), prefork_run.describe()
-    clean = {pids["master"], pids["worker index=1"], pids["worker index=3"]}
-    assert not [s for s in prefork_run.suspects if s["pid"] in clean and s["verdict"] == "leak"], (
-        prefork_run.describe()
-    )
+        # What each worker left live at exit, the config it inherited aside: worker 2's
+        # leak, and no more than libstdc++'s emergency pool in the others.
+        if i == 2:
+            assert _near(worker["left_bytes"], sc.PREFORK_LEAK_BYTES), prefork_run.describe()
+        else:
+            assert worker["left_bytes"] < 256 * 1024, prefork_run.describe()
+    assert not [s for s in prefork_run.suspects if s["verdict"] == "leak"], prefork_run.describe()
 
 
 # --------------------------------------------------------------------------------------
@@ -178,9 +186,9 @@ def test_inflater_first_suspect_is_zlib(inflater_run: ScenarioRun) -> None:
     pid = run.pids["pid"]
     first = run.first_suspect
     assert first["pid"] == pid, run.describe()
-    assert first["verdict"] == "leak", run.describe()
+    assert first["verdict"] == "live", run.describe()
     assert ZLIB_FRAME.search(_stack_text(first) + "\n" + str(first["function"])), run.describe()
-    assert run.process(pid)["leaks"] is True, run.describe()
+    assert run.process(pid)["verdict"] == "unjudged", run.describe()
     zlib = sum(
         s["bytes"] for s in run.suspects if s["pid"] == pid and ZLIB_FRAME.search(_stack_text(s))
     )
@@ -238,4 +246,5 @@ def test_postgres_postmaster_is_not_the_leaker(postgres_run: ScenarioRun) -> Non
     postmaster, backend = run.pids["postmaster"], run.pids["backend"]
     assert run.first_suspect["pid"] != postmaster, run.describe()
     assert run.process(backend)["ppid"] == postmaster, run.describe()
-    assert run.process(backend)["leaks"] is True, run.describe()
+    assert run.process(backend)["left_bytes"] > sc.PG_LEAK_MIN_BYTES, run.describe()
+    assert run.process(postmaster)["left_bytes"] < 0.05 * sc.PG_LEAK_MIN_BYTES, run.describe()

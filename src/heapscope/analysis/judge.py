@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heapscope.analysis import trend
+from heapscope.analysis import stats, trend
 from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.stats import bh_qvalues
 
@@ -148,16 +148,23 @@ def _control_family(trends: list[trend.Trend], y: np.ndarray) -> list[trend.Tren
 
     Sites whose series never changed cannot be leaks under any test, so they are left out
     of the family (they would only dilute it). A leak that fails the correction is
-    ``growing``: it drifts up, but not surely enough among this many sites.
+    ``growing``: it drifts up, but not surely enough among this many sites. A series too
+    short to tell a leak from a filling cache counts its ``growing`` sites against
+    ``--fail-on-leak``, so there they must pass the same correction (or be ``steady``).
     """
     moved = [i for i in range(len(trends)) if np.ptp(y[i]) > 0]
-    q = bh_qvalues([trends[i].p_value for i in moved])
+    short = y.shape[1] < trend.MIN_WINDOW
+    p = [min(trends[i].p_value, stats.normal_sf(trends[i].rise_z)) if short
+         else trends[i].p_value for i in moved]
+    q = bh_qvalues(p)
     out = list(trends)
     for i, qi in zip(moved, q, strict=True):
         t = trends[i]
         verdict = t.verdict
         if verdict == trend.LEAK and qi > Q_FAMILY:
             verdict = trend.GROWING
+        if verdict == trend.GROWING and short and qi > Q_FAMILY:
+            verdict = trend.STEADY
         out[i] = t.with_verdict(verdict, qi)
     return out
 

@@ -56,6 +56,7 @@ Z_SLOWDOWN = 2.326  # one-sided 1%: the slope fell in the last third
 Z_RISE = 3.09  # one-sided 0.1%: the end lies above the start (beyond counting noise)
 Z_GROWING = 1.645  # one-sided 5%: enough for "growing"
 Z_SPLIT = 1.645  # one-sided 5%: increments anti-correlated, so part of the noise is transient
+MIN_NEW_SAMPLES = 3  # leak and growing need at least this many new samples in the window
 MIN_WINDOW = 6  # the recent window: the last half, but at least this many dumps
 FLAT_SHARE = 0.25  # bounded: the last third adds at most this share of the rise
 CHURN_SHARE = 0.25  # churn: swings of at least this share of the peak
@@ -281,7 +282,8 @@ def _two_dumps(c: Matrix) -> Judged:
     delta = c[:, 1] - c[:, 0]
     noise = np.sqrt(np.maximum(c[:, 0] + c[:, 1], 1.0))
     z = delta / noise
-    verdict = [GROWING if v >= Z_GROWING else STEADY for v in z]
+    verdict = [GROWING if v >= Z_GROWING and d >= MIN_NEW_SAMPLES else STEADY
+               for v, d in zip(z, delta, strict=True)]
     zeros = np.zeros(rows)
     return Judged(verdict, 2, z, np.full(rows, np.inf), delta, noise,
                   np.zeros(rows, dtype=np.int64), np.full(rows, np.nan),
@@ -327,6 +329,7 @@ def judge_counts(c: Matrix) -> Judged:
     poisson = ~split & ((var <= pace) | (never_fell & (var <= pace * _DISPERSION(n - 2))))
     df = np.where(poisson, np.inf, np.maximum(np.where(split, n - 3.0, n - 2.0), 1.0))
     crit = _critical(df, ALPHA_LEAK)
+    crit_growing = _critical(df, normal_sf(Z_GROWING))
 
     # Slowdown: the slope over the last third against the slope from where growth began.
     slow = np.full(rows, np.nan)
@@ -367,15 +370,17 @@ def judge_counts(c: Matrix) -> Judged:
     stopped = _stopped(c, t0, q, rise)
     peak = c.max(axis=1)
     swing = peak - c.min(axis=1)
+    # Growth of a sample or two is a count too small to rest a rate on.
+    gained = c[:, -1] - c[np.arange(rows), win] >= MIN_NEW_SAMPLES
     verdict = []
     for i in range(rows):
         slowed = bool(slow[i] >= Z_SLOWDOWN)
         risen = bool(rise_z[i] >= Z_RISE) and n >= 4
-        if z[i] >= crit[i] and not slowed:
+        if z[i] >= crit[i] and not slowed and gained[i]:
             verdict.append(LEAK)
         elif risen and (slowed or stopped[i] >= Z_SLOWDOWN):
             verdict.append(BOUNDED)
-        elif (risen or z[i] >= Z_GROWING) and slope[i] > 0:
+        elif (risen or z[i] >= crit_growing[i]) and slope[i] > 0 and gained[i]:
             verdict.append(GROWING)
         elif swing[i] >= CHURN_SHARE * peak[i] and swing[i] >= 3.0 * math.sqrt(peak[i]):
             verdict.append(CHURN)

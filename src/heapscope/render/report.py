@@ -6,7 +6,7 @@ import re
 import shlex
 from typing import TextIO
 
-from heapscope.analysis.leaks import LEAK
+from heapscope.analysis.leaks import GROWING, LEAK, LIVE
 from heapscope.capture.runner import SessionResult
 from heapscope.render.commands import print_commands
 from heapscope.render.leaks import render_leaks
@@ -31,9 +31,9 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:
     q = shlex.quote(res.path)
     out.write("\nnext:\n")
     out.write(f"  heapscope top --lines {q}\n")
-    leaks = [f for f in res.leaks.findings if f.verdict == LEAK]
-    if leaks:
-        fn = leaks[0].function
+    named = [f for f in res.leaks.findings if f.verdict in (LEAK, GROWING, LIVE)]
+    if named:
+        fn = named[0].function
         out.write(f"  heapscope top --lines --focus {shlex.quote(re.escape(fn))} {q}\n")
     out.write(f"  heapscope leaks {q}\n")
     out.write(f"  report: {shlex.quote(res.path + '/report.json')}\n")
