@@ -192,8 +192,8 @@ def test_leaks_with_enough_samples_are_found(
     missed = []
     for case, got in matrix[kind]:
         p = case.plan
-        if p.transient or not (p.leak >= 2 and _leaking_dumps(case) >= 10
-                               or p.leak >= 1 and _leaking_dumps(case) >= 20):
+        if p.transient or not ((p.leak >= 2 and _leaking_dumps(case) >= 10)
+                               or (p.leak >= 1 and _leaking_dumps(case) >= 20)):
             continue
         if _rate(got, trend.LEAK) < 0.95:
             missed.append(f"{case.label}: {_rate(got, trend.LEAK):.3f}")
