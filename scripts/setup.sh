@@ -8,8 +8,10 @@ packages=(python3 python3-venv python3-pip gcc g++ libc6-dev libjemalloc2 libjem
           llvm binutils elfutils perl graphviz)
 if [[ "${1:-}" == "--dev" ]]; then
     packages+=(libc6-dbg util-linux postgresql-15 postgresql-server-dev-15 golang-go chromium
-               chromium-driver valgrind librsvg2-bin)
+               chromium-driver valgrind librsvg2-bin librust-jemalloc-sys-dev librust-cc-dev
+               librust-fs-extra-dev librust-libc-dev)
     command -v rustc >/dev/null 2>&1 || packages+=(rustc)
+    command -v cargo >/dev/null 2>&1 || packages+=(cargo)
     command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
 fi
 

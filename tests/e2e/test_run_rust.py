@@ -176,13 +176,8 @@ def test_rjem_report_names_the_rust_leak(
     assert first["verdict"] == "live"
     assert first["bytes"] == pytest.approx(LEAK_BYTES, rel=SAMPLING_REL)
     assert first["objects"] == pytest.approx(LEAK_OBJECTS, rel=SAMPLING_REL)
-    # HEAPSCOPE BUG (reported to the lead, not fixed here; this test fails until it is):
-    # with rustc 1.95 the global-allocator shim is the v0 symbol
-    # _RNvCs<hash>_7___rustc12___rust_alloc, demangled "__rustc::__rust_alloc", which
-    # analysis/prune.py does not know (its _EXACT set has only the bare "__rust_alloc",
-    # "__rdl_alloc", ...). Pruning stops there, so report.json's first suspect is
-    # "__rustc::__rust_alloc" (main.rs:70, the #[global_allocator] line) instead of
-    # "rjem_leaky::app::store::Store::insert" (main.rs, LEAK:insert).
+    # rustc 1.95's global-allocator shim (v0 symbol "__rustc::__rust_alloc") is pruned,
+    # so the first suspect is the line that keeps the memory.
     assert first["function"] == "rjem_leaky::app::store::Store::insert", first["stack"][:8]
     assert "app::store::Store" in first["function"] and "insert" in first["function"]
     assert first["file"].endswith("src/main.rs")
@@ -203,7 +198,6 @@ def test_rjem_top_json(rjem_session: RunResult,
     row = data["rows"][0]
     assert row["flat"] == pytest.approx(LEAK_BYTES, rel=SAMPLING_REL)
     assert row["module"] == BIN_NAME
-    # HEAPSCOPE BUG (same as above): the top row is "__rustc::__rust_alloc".
     assert row["name"] == "rjem_leaky::app::store::Store::insert", row
     for r in data["rows"]:
         if r["flat"] > 0:
