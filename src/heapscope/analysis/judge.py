@@ -6,7 +6,7 @@ judging:
 
 - a final dump taken after a clean shutdown (most live bytes freed at exit) is not a point
   of the series: growth is judged on the running dumps and the exit dump is kept as "what was
-  left";
+  left"; nor is a final dump that repeats the one before it sample for sample;
 - every site is tested, and the leak verdict must also survive the process-wide
   false-discovery control (Benjamini–Hochberg at ``Q_FAMILY`` over the sites that moved),
   so a process with thousands of sites does not collect false leaks by chance;
@@ -79,6 +79,16 @@ def tore_down(kinds: list[str], totals: list[float]) -> bool:
     return totals[-1] < TEARDOWN_SHARE * totals[-2]
 
 
+def repeats(kinds: list[str], tallies: list[dict[SiteKey, list[float]]]) -> bool:
+    """True when the exit dump holds exactly the samples of the dump before it: nothing was
+    sampled or freed in between (a program that exits right after its last dump), so it is
+    the same moment measured twice, not one more point of the series."""
+    if len(tallies) < 2 or not kinds or kinds[-1] != "f":
+        return False
+    a, b = tallies[-1], tallies[-2]
+    return a.keys() == b.keys() and all(a[k][2] == b[k][2] for k in a)
+
+
 def judge_process(series: ProcessSeries, leaf: dict[SiteKey, tuple[str, str]]
                   ) -> ProcessJudgement:
     """Judge every site of ``series``; ``leaf`` gives each site's (function, leaf line) for
@@ -87,7 +97,7 @@ def judge_process(series: ProcessSeries, leaf: dict[SiteKey, tuple[str, str]]
     n = len(tallies)
     totals = [sum(v[0] for v in t.values()) for t in tallies]
     teardown = n >= 3 and tore_down(series.kinds, totals)
-    judged = n - 1 if teardown else n
+    judged = n - 1 if teardown or (n >= 3 and repeats(series.kinds, tallies)) else n
     keys = sorted({k for t in tallies for k in t})
     row = {k: i for i, k in enumerate(keys)}
     values = np.zeros((len(keys), n))

@@ -1,6 +1,6 @@
 /* series.c: deterministic heap-growth scenarios for `heapscope leaks` (a series of dumps).
  *
- *   series [--no-dump] [--scale N] [--step-ms MS] MODE STEPS
+ *   series [--no-dump] [--teardown] [--scale N] [--step-ms MS] MODE STEPS
  *
  * The program runs STEPS steps; at the END of every step k (k = 0 .. STEPS-1) it takes a
  * heap dump with jemalloc's mallctl("prof.dump", NULL, NULL, NULL, 0), so dump k (0-based,
@@ -11,6 +11,8 @@
  * jeprof.<pid>.<seq>.f.heap) shows the same program state as dump STEPS-1.
  *
  *   --no-dump    take no manual dumps (for `heapscope run --interval` series)
+ *   --teardown   free every object before exit (a clean shutdown): the final dump then
+ *                holds almost nothing, as after a real program's teardown
  *   --scale N    multiply every per-step and one-time object COUNT by N (default 1);
  *                object sizes stay the same. Used with --sample 512k so that sampled
  *                sites hold enough samples (leaks of tens of MiB).
@@ -44,6 +46,13 @@
  *                                           follows CHURN_MIB[k % 10] =
  *                                           1,3,8,8,2,1,6,8,4,1 MiB: no trend, and
  *                                           the last dump (k = 39) is at 1 MiB
+ * busy     request_buffer    request        one line serves every request: each    leak
+ *                                           step allocates 160..320 (an irregular
+ *                                           load, hash of k) x 4 KiB buffers,
+ *                                           frees them the next
+ *                                           step, but keeps 16 of them (64 KiB) for
+ *                                           good: a leak under 10-20x its growth in
+ *                                           short-lived buffers at the same site
  * prefork  load_config       config         parent: 64 x 1 KiB before fork, live   steady
  *                                           in every process (inherited), never
  *                                           freed
@@ -216,6 +225,34 @@ NOINLINE void churn_buffers(long step) {
     }
 }
 
+static struct node *g_requests_live, *g_requests_kept;
+
+NOINLINE void request_buffer(long step) {
+    while (g_requests_live) { /* the last step's requests are done */
+        struct node *next = g_requests_live->next;
+        free(g_requests_live);
+        g_requests_live = next;
+    }
+    unsigned h = (unsigned)step + 0x9E3779B9u; /* an irregular load: a hash of the step */
+    h ^= h >> 16;
+    h *= 0x45d9f3bu;
+    h ^= h >> 16;
+    h *= 0x45d9f3bu;
+    h ^= h >> 16;
+    long count = (160 + (long)(h % 161u)) * g_scale;
+    long kept = 16 * g_scale;
+    for (long i = 0; i < count + kept; i++) {
+        struct node *n = check(malloc(4096)); /* LEAK:request */
+        if (i < kept) { /* these are never released */
+            n->next = g_requests_kept;
+            g_requests_kept = n;
+        } else {
+            n->next = g_requests_live;
+            g_requests_live = n;
+        }
+    }
+}
+
 static struct node *g_config;
 
 NOINLINE void load_config(void) {
@@ -294,12 +331,44 @@ NOINLINE static void run_churn(long steps) {
     }
 }
 
+NOINLINE static void run_busy(long steps) {
+    startup_table();
+    for (long k = 0; k < steps; k++) {
+        request_buffer(k);
+        end_step();
+    }
+}
+
+static void free_list(struct node **head) {
+    while (*head) {
+        struct node *next = (*head)->next;
+        free(*head);
+        *head = next;
+    }
+}
+
+/* A clean shutdown: everything the modes keep is released before exit. */
+static void teardown(void) {
+    struct node **lists[] = {&g_startup, &g_linear, &g_fast, &g_slow, &g_late, &g_churn,
+                             &g_config, &g_requests, &g_worker_leak, &g_requests_live,
+                             &g_requests_kept};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) free_list(lists[i]);
+    if (g_cache) {
+        for (long i = 0; i < g_cache_cap; i++) free(g_cache[i]);
+        free(g_cache);
+        g_cache = NULL;
+    }
+}
+
+static int g_teardown;
+
 NOINLINE static void worker_main(int index, long steps) {
     for (long k = 0; k < steps; k++) {
         handle_requests(index);
         if (index == 2) leak_in_worker();
         end_step();
     }
+    if (g_teardown) teardown();
     exit(0); /* through exit(): jemalloc writes this worker's final dump */
 }
 
@@ -326,8 +395,8 @@ NOINLINE static int run_prefork(long steps) {
 }
 
 static void usage(void) {
-    die(2, "usage: series [--no-dump] [--scale N] [--step-ms MS] "
-           "cache|rates|late|churn|prefork STEPS");
+    die(2, "usage: series [--no-dump] [--teardown] [--scale N] [--step-ms MS] "
+           "cache|rates|late|churn|busy|prefork STEPS");
 }
 
 int main(int argc, char **argv) {
@@ -335,6 +404,8 @@ int main(int argc, char **argv) {
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (strcmp(argv[i], "--no-dump") == 0) {
             g_dump = 0;
+        } else if (strcmp(argv[i], "--teardown") == 0) {
+            g_teardown = 1;
         } else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
             g_scale = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--step-ms") == 0 && i + 1 < argc) {
@@ -354,7 +425,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "rates") == 0) run_rates(steps);
     else if (strcmp(mode, "late") == 0) run_late(steps);
     else if (strcmp(mode, "churn") == 0) run_churn(steps);
+    else if (strcmp(mode, "busy") == 0) run_busy(steps);
     else if (strcmp(mode, "prefork") == 0) return run_prefork(steps);
     else usage();
+    if (g_teardown) teardown();
     return 0;
 }
