@@ -17,20 +17,16 @@ R = 64 * 1024
 
 
 def process(sites: dict[SiteKey, ls.Series], kinds: list[str] | None = None) -> ProcessSeries:
-    """A ProcessSeries whose tallies hold the simulated sites (run 0 of each)."""
+    """A ProcessSeries whose rows are the simulated sites (run 0 of each)."""
     n = max(s.counts.shape[1] for s in sites.values())
-    tallies: list[dict[SiteKey, list[float]]] = []
-    for t in range(n):
-        tally = {}
-        for key, s in sites.items():
-            c = float(s.counts[0, t])
-            if c > 0:
-                tally[key] = [c * s.size / s.p, c / s.p, c]
-        tallies.append(tally)
-    kinds = kinds or ["m"] * n
-    return ProcessSeries(1, [f"d{t}" for t in range(n)], tallies,
-                         {k: (i,) for i, k in enumerate(sites)}, None,
-                         [60.0 * t for t in range(n)], kinds=kinds)
+    samples = np.zeros((len(sites), n))
+    for i, s in enumerate(sites.values()):
+        samples[i, : s.counts.shape[1]] = s.counts[0]
+    per_sample = np.asarray([s.size / s.p for s in sites.values()])[:, None]
+    objects = samples / np.asarray([s.p for s in sites.values()])[:, None]
+    return ProcessSeries(1, [f"d{t}" for t in range(n)], list(sites), samples * per_sample,
+                         objects, samples, {k: (i,) for i, k in enumerate(sites)}, None,
+                         [60.0 * t for t in range(n)], kinds=kinds or ["m"] * n)
 
 
 def sim(plan: ls.Plan, n: int, seed: int, teardown: bool = False) -> ls.Series:

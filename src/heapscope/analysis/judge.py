@@ -79,35 +79,27 @@ def tore_down(kinds: list[str], totals: list[float]) -> bool:
     return totals[-1] < TEARDOWN_SHARE * totals[-2]
 
 
-def repeats(kinds: list[str], tallies: list[dict[SiteKey, list[float]]]) -> bool:
+def repeats(kinds: list[str], samples: np.ndarray) -> bool:
     """True when the exit dump holds exactly the samples of the dump before it: nothing was
     sampled or freed in between (a program that exits right after its last dump), so it is
-    the same moment measured twice, not one more point of the series."""
-    if len(tallies) < 2 or not kinds or kinds[-1] != "f":
+    the same moment measured twice, not one more point of the series. ``samples`` has a
+    row per site and a column per dump."""
+    if samples.shape[1] < 2 or not kinds or kinds[-1] != "f":
         return False
-    a, b = tallies[-1], tallies[-2]
-    return a.keys() == b.keys() and all(a[k][2] == b[k][2] for k in a)
+    return bool(np.array_equal(samples[:, -1], samples[:, -2]))
 
 
 def judge_process(series: ProcessSeries, leaf: dict[SiteKey, tuple[str, str]]
                   ) -> ProcessJudgement:
     """Judge every site of ``series``; ``leaf`` gives each site's (function, leaf line) for
     the roll-ups."""
-    tallies = series.tallies
-    n = len(tallies)
-    totals = [sum(v[0] for v in t.values()) for t in tallies]
+    n = series.count
+    totals = series.totals
+    keys = series.sites
+    values, counts = series.values, series.samples
     teardown = n >= 3 and tore_down(series.kinds, totals)
-    judged = n - 1 if teardown or (n >= 3 and repeats(series.kinds, tallies)) else n
-    keys = sorted({k for t in tallies for k in t})
-    row = {k: i for i, k in enumerate(keys)}
-    values = np.zeros((len(keys), n))
-    counts = np.zeros((len(keys), n))
-    for j, t in enumerate(tallies):
-        for k, v in t.items():
-            i = row[k]
-            values[i, j] = v[0]
-            counts[i, j] = v[2]
-    objects = np.asarray([tallies[judged - 1].get(k, [0.0, 0.0, 0.0])[1] for k in keys])
+    judged = n - 1 if teardown or (n >= 3 and repeats(series.kinds, counts)) else n
+    objects = series.objects[:, judged - 1] if keys else np.zeros(0)
     times = _times(series, judged)
     sites = _judge_rows(keys, values, counts, objects, judged, times, teardown)
     rollups: list[SiteSeries] = []
@@ -192,11 +184,12 @@ def _rollups(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
               if s.trend is not None and s.trend.verdict == trend.LEAK}
     reported: list[SiteSeries] = []
     covered: set[SiteKey] = set(growth)
+    live = values[:, :judged].max(axis=1) > 0  # stacks that only ever held nothing join none
     for kind, pick in (("line", 1), ("function", 0)):
         groups: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
             name = leaf.get(k, ("", ""))[pick]
-            if name:
+            if name and live[i]:
                 groups.setdefault(name, []).append(i)
         names = [g for g, rows in groups.items() if len(rows) >= 2]
         if not names:

@@ -19,7 +19,7 @@ from heapscope.analysis.judge import ProcessJudgement, SiteSeries, judge_process
 from heapscope.analysis.processes import QUIET_ROLES, role
 from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.suppress import Suppression
-from heapscope.model import INUSE_SPACE, Profile
+from heapscope.model import Profile
 
 LEAK = trend.LEAK
 GROWING = trend.GROWING
@@ -209,19 +209,20 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
                     ) -> tuple[list[Finding], dict[SiteKey, float], ProcessFinding]:
     """Findings for one process, its last dump's bytes per site (for its children), and the
     process's own numbers (pid and role are filled in by the caller)."""
-    last = series.last
+    profile = series.profile
     rules = rules or []
     proc = ProcessFinding(series.pid, dumps=series.count)
-    if last is None or not series.tallies:
+    if profile is None or not series.count:
         return [], {}, proc
-    fields = {k: _site_fields(last, st) for k, st in series.site_stacks.items()}
+    fields = {k: _site_fields(profile, st) for k, st in series.site_stacks.items()}
     leaf = {k: (f[0], f"{f[0]} {f[1]}:{f[2]}" if f[1] else "") for k, f in fields.items()}
     judged = judge_process(series, leaf)
     proc.judged = judged.judged
     proc.live_bytes = judged.totals[judged.judged - 1]
     if judged.teardown:
         proc.exit_bytes = judged.totals[-1]
-    final_bytes = {k: v[0] for k, v in series.tallies[-1].items()}
+    final_bytes = {k: float(v) for k, v in zip(series.sites, series.values[:, -1],
+                                                  strict=True)}
     findings: list[Finding] = []
     single = judged.judged < 2
     for s in judged.sites:
@@ -231,7 +232,7 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
                     s.verdict, s.values, s.trend, at_exit=s.at_exit)
         texts = [*f.stack, function, file, module]
         last_bytes = s.values[-1] if s.values else 0.0
-        if _expected(last, stack, builtin):
+        if _expected(profile, stack, builtin):
             if single:
                 f.verdict = EXPECTED
             last_bytes = 0.0
@@ -300,7 +301,7 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
     rules = suppressions or []
     base_rules = builtin if builtin is not None else builtin_rules()
     info = info or {}
-    by_pid = {s.pid: s for s in all_series if s.last is not None}
+    by_pid = {s.pid: s for s in all_series if s.profile is not None}
     # Parents first, so a child's inherited memory is known when the child is analysed.
     order = sorted(by_pid, key=lambda pid: _depth(pid, info))
     finals: dict[int | None, dict[SiteKey, float]] = {}
@@ -311,15 +312,13 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
         s = by_pid[pid]
         meta = info.get(pid, {}) if pid is not None else {}
         ppid = meta.get("ppid")
-        last = s.last
-        assert last is not None
-        exe = meta.get("exe") or _exe_of(last)
+        profile = s.profile
+        assert profile is not None
+        exe = meta.get("exe") or _exe_of(profile)
         found, finals[pid], proc = analyse_process(s, builtin=base_rules, rules=rules,
                                                    inherited=finals.get(ppid))
         proc.exe, proc.cmdline, proc.ppid = exe, list(meta.get("cmdline") or []), ppid
         proc.role = role(pid or -1, exe, root, n)
-        if not proc.live_bytes:
-            proc.live_bytes = last.total(INUSE_SPACE)
         processes.append(proc)
         findings.extend(found)
     quiet = {p.pid for p in processes if p.role in QUIET_ROLES}

@@ -2,30 +2,32 @@
 
 Dumps are grouped by process id and ordered the way jemalloc numbered them (sequence, then the
 index of ``i``/``m``/``u`` dumps, numerically; the final dump last). The dumps of one process
-share their code addresses, so they are parsed with one cache, symbolized once for the union of
-their addresses, and pruned with one memo: a hundred dumps cost little more than one.
+share their stacks, so each is read for its counts only (:mod:`heapscope.formats.scan`), the
+union of their stacks is symbolized and pruned once, and every dump then adds its unsampled
+counts into one column of three matrices (sites × dumps): estimated live bytes, estimated
+objects, and the sampled objects behind them.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
+import numpy.typing as npt
+
 from heapscope.analysis.prune import prune
-from heapscope.analysis.unsample import scale_values, unsample
 from heapscope.errors import HeapscopeError
-from heapscope.formats.jemalloc import ParseCache
-from heapscope.formats.load import dump_order, load, parse_dump_name
-from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Mapping, Profile, Sample
+from heapscope.formats.load import dump_order, parse_dump_name
+from heapscope.formats.scan import DumpCounts, Scanner, unsampled
+from heapscope.model import Location, Mapping, Profile, Sample
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
 ProgressFn = Callable[[str, int, int], None]
-
-
 SiteKey = tuple[str, ...]
+Matrix = npt.NDArray[np.float64]
 
 
 @dataclass
@@ -33,15 +35,19 @@ class ProcessSeries:
     """The dumps of one process, oldest first, reduced to live bytes and objects per site.
 
     A site is a pruned stack written as names, so it matches across dumps, processes and
-    restarts. ``last`` is the final dump, unsampled and pruned, whose locations also name
-    every stack in ``site_stacks``.
+    restarts. ``values``, ``objects`` and ``samples`` have one row per site (``sites``) and
+    one column per dump. ``profile`` holds every distinct stack of the series, pruned, with
+    the locations that name them and the memory maps of all dumps.
     """
 
     pid: int | None
     paths: list[str]
-    tallies: list[dict[SiteKey, list[float]]]  # per dump: site -> [bytes, objects, samples]
+    sites: list[SiteKey]
+    values: Matrix  # estimated live bytes
+    objects: Matrix  # estimated live objects
+    samples: Matrix  # sampled objects, as the dumps hold them
     site_stacks: dict[SiteKey, tuple[int, ...]]
-    last: Profile | None
+    profile: Profile | None
     dump_times: list[float | None] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     raw: list[Profile] = field(default_factory=list)  # symbolized, as sampled (keep_raw)
@@ -50,7 +56,13 @@ class ProcessSeries:
     @property
     def count(self) -> int:
         """How many dumps the series holds."""
-        return len(self.tallies)
+        return len(self.paths)
+
+    @property
+    def totals(self) -> list[float]:
+        """Estimated live bytes of each dump."""
+        return [float(v) for v in self.values.sum(axis=0)] if self.sites else \
+            [0.0] * self.count
 
     @property
     def times(self) -> list[float] | None:
@@ -81,49 +93,55 @@ def group_by_pid(paths: list[str]) -> dict[int | None, list[str]]:
     return groups
 
 
-def _union_profile(raws: list[Profile]) -> Profile:
-    stacks = {s.stack for r in raws for s in r.samples}
+def _union_profile(pid: int | None, stacks: list[tuple[int, ...]],
+                   dumps: list[DumpCounts]) -> Profile:
     maps: dict[tuple[int, int, str], Mapping] = {}
-    for r in raws:
-        for m in r.mappings:
+    for d in dumps:
+        for m in d.mappings:
             maps.setdefault((m.start, m.limit, m.path), m)
     zero = (0.0, 0.0, 0.0, 0.0)
-    last = raws[-1]
-    return last.with_(samples=tuple(Sample(st, zero) for st in stacks),
-                      mappings=tuple(sorted(maps.values(), key=lambda m: m.start)))
+    last = dumps[-1]
+    return Profile(samples=tuple(Sample(st, zero) for st in stacks),
+                   mappings=tuple(sorted(maps.values(), key=lambda m: m.start)),
+                   period=last.period, sampling=last.sampling, pid=pid, kind=last.kind,
+                   time=last.time, source=last.path)
 
 
 def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                 progress: ProgressFn | None = None, *, keep_raw: bool = False) -> ProcessSeries:
     """Load every dump of one process and reduce each to live bytes and objects per site.
 
-    Stacks are parsed once (one cache for all dumps), symbolized once (the union of their
-    addresses) and pruned once (each distinct stack); every dump then only adds its unsampled
-    counts into per-site sums. ``keep_raw`` also returns each dump symbolized but otherwise as
-    read (for writing self-contained copies), with the locations of its own addresses only.
+    Each dump is read for its counts only; the union of their stacks is symbolized once and
+    pruned once. ``keep_raw`` also returns each dump fully parsed and symbolized, with the
+    locations of its own addresses only (for writing self-contained copies).
     """
-    cache = ParseCache()
-    raws: list[Profile] = []
-    kept: list[str] = []
+    scanner = Scanner()
+    dumps: list[DumpCounts] = []
+    parsed: list[Profile] = []
     for k, path in enumerate(paths):
         if progress is not None:
             progress(f"reading dumps of pid {pid}", k, len(paths))
         try:
-            raws.append(load(path, cache=cache))
-            kept.append(path)
+            d, profile = scanner.read(path, keep=keep_raw)
         except HeapscopeError:
             # A dump still being written (the newest of a live process) is skipped; a series
             # can do without it. A damaged dump among older ones is skipped the same way.
             if len(paths) == 1:
                 raise
-    if not raws:
-        return ProcessSeries(pid, [], [], {}, None)
+            continue
+        dumps.append(d)
+        if keep_raw and profile is not None:
+            parsed.append(profile)
+    if not dumps:
+        return ProcessSeries(pid, [], [], np.zeros((0, 0)), np.zeros((0, 0)),
+                             np.zeros((0, 0)), {}, None)
+    stacks = scanner.table.stacks
+    union = _union_profile(pid, stacks, dumps)
     diagnostics: list[Diagnostic] = []
-    union = _union_profile(raws)
-    if all(r.locations for r in raws):
+    if all(d.locations for d in dumps):
         merged: dict[int, Location] = {}
-        for r in raws:
-            merged.update(r.locations)  # heapscope profiles carry their own symbols
+        for d in dumps:
+            merged.update(d.locations)  # heapscope profiles carry their own symbols
         locations = MappingProxyType(merged)
     else:
         sym = symbolize(union, options, progress)
@@ -131,73 +149,61 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         locations = MappingProxyType(dict(sym.profile.locations))
     union = union.with_(locations=locations)
     pruned = prune(union)
-    named = pruned.locations
-    pruned_of: dict[tuple[int, ...], tuple[int, ...]] = {}
-    site_of: dict[tuple[int, ...], SiteKey] = {}
-    site_stacks: dict[SiteKey, tuple[int, ...]] = {}
+    sites, site_of, site_stacks = _sites(stacks, pruned)
+    values, objects, samples = _matrices(dumps, site_of, len(sites))
+    kept_raw = []
+    if keep_raw:
+        for r in parsed:
+            own = r.addresses()
+            kept_raw.append(r.with_(locations=MappingProxyType(
+                {a: loc for a, loc in locations.items() if a in own})))
+    return ProcessSeries(pid, [d.path for d in dumps], sites, values, objects, samples,
+                         site_stacks, pruned.with_(samples=()), [d.time for d in dumps],
+                         diagnostics, kept_raw, [d.kind for d in dumps])
+
+
+def _sites(stacks: list[tuple[int, ...]], pruned: Profile
+           ) -> tuple[list[SiteKey], npt.NDArray[np.int64], dict[SiteKey, tuple[int, ...]]]:
+    """Each stack's site (by name), as an index; -1 for empty stacks."""
+    locs = pruned.locations
     texts: dict[int, list[str]] = {}
-    for raw_s, cut in zip(union.samples, pruned.samples, strict=True):
+    index: dict[SiteKey, int] = {}
+    site_stacks: dict[SiteKey, tuple[int, ...]] = {}
+    site_of = np.full(len(stacks), -1, dtype=np.int64)
+    for i, (raw, cut) in enumerate(zip(stacks, pruned.samples, strict=True)):
+        if not raw:
+            continue
         words: list[str] = []
         for a in cut.stack:
             t = texts.get(a)
             if t is None:
-                loc = named.get(a)
+                loc = locs.get(a)
                 t = texts[a] = frame_texts(loc if loc is not None else Location(a))
             words.extend(t)
         key = tuple(words)
-        pruned_of[raw_s.stack] = cut.stack
-        site_of[raw_s.stack] = key
-        site_stacks.setdefault(key, cut.stack)
-    tallies = [_tally(r, site_of) for r in raws]
-    last_raw = unsample(raws[-1])
-    last = last_raw.with_(
-        samples=tuple(Sample(pruned_of[s.stack], s.values, s.threads) for s in last_raw.samples),
-        locations=named)
-    kept_raw = []
-    if keep_raw:
-        for r in raws:
-            own = r.addresses()
-            kept_raw.append(r.with_(locations=MappingProxyType(
-                {a: loc for a, loc in locations.items() if a in own})))
-    return ProcessSeries(pid, kept, tallies, site_stacks, last, [r.time for r in raws],
-                         diagnostics, kept_raw, [r.kind for r in raws])
+        j = index.get(key)
+        if j is None:
+            j = index[key] = len(index)
+            site_stacks[key] = cut.stack
+        site_of[i] = j
+    return list(index), site_of, site_stacks
 
 
-def _tally(raw: Profile, site_of: dict[tuple[int, ...], SiteKey]) -> dict[SiteKey, list[float]]:
-    """Unsampled live bytes and objects, and sampled objects, per site of one raw dump."""
-    mode, period = raw.sampling, raw.period
-    memo: dict[tuple[float, ...], tuple[float, float, float]] = {}
-    out: dict[SiteKey, list[float]] = {}
-    for s in raw.samples:
-        if not s.stack or s.values[INUSE_SPACE] <= 0:
+def _matrices(dumps: list[DumpCounts], site_of: npt.NDArray[np.int64], sites: int
+              ) -> tuple[Matrix, Matrix, Matrix]:
+    """Estimated bytes, estimated objects and sampled objects per site (rows) and dump."""
+    n = len(dumps)
+    values = np.zeros((sites, n))
+    objects = np.zeros((sites, n))
+    samples = np.zeros((sites, n))
+    for j, d in enumerate(dumps):
+        if not d.ids.size:
             continue
-        v = memo.get(s.values)
-        if v is None:
-            v = memo[s.values] = _site_values(s.values, mode, period, raw.unsampled)
-        key = site_of[s.stack]
-        acc = out.get(key)
-        if acc is None:
-            out[key] = [v[0], v[1], v[2]]
-        else:
-            acc[0] += v[0]
-            acc[1] += v[1]
-            acc[2] += v[2]
-    return out
-
-
-def _site_values(values: tuple[float, ...], mode: str, period: int,
-                 unsampled: bool) -> tuple[float, float, float]:
-    """(estimated bytes, estimated objects, sampled objects) of one stack's in-use values.
-
-    The sampled count is what a dump really observed; trend tests need it because counting
-    noise follows it, not the estimate. A profile already unsampled is turned back with the
-    same formula.
-    """
-    if unsampled:
-        objects, size = values[INUSE_OBJECTS], values[INUSE_SPACE]
-        if mode == "v2" and objects > 0 and period > 0:
-            p = -math.expm1(-(size / objects) / period)
-            return size, objects, objects * p
-        return size, objects, objects
-    scaled = scale_values(values, mode, period)
-    return scaled[INUSE_SPACE], scaled[INUSE_OBJECTS], values[INUSE_OBJECTS]
+        rows = site_of[d.ids]
+        keep = (rows >= 0) & (d.nbytes > 0)
+        b, o, c = unsampled(d)
+        r = rows[keep]
+        values[:, j] = np.bincount(r, weights=b[keep], minlength=sites)
+        objects[:, j] = np.bincount(r, weights=o[keep], minlength=sites)
+        samples[:, j] = np.bincount(r, weights=c[keep], minlength=sites)
+    return values, objects, samples

@@ -57,6 +57,8 @@ Z_RISE = 3.09  # one-sided 0.1%: the end lies above the start (beyond counting n
 Z_GROWING = 1.645  # one-sided 5%: enough for "growing"
 Z_SPLIT = 1.645  # one-sided 5%: increments anti-correlated, so part of the noise is transient
 MIN_NEW_SAMPLES = 3  # leak and growing need at least this many new samples in the window
+VARIOGRAM_MIN = 12  # series at least this long estimate the noise split from many lags
+SHORT = 5  # up to this many dumps, growth must also clear the levels' counting noise
 MIN_WINDOW = 6  # the recent window: the last half, but at least this many dumps
 FLAT_SHARE = 0.25  # bounded: the last third adds at most this share of the rise
 CHURN_SHARE = 0.25  # churn: swings of at least this share of the peak
@@ -151,20 +153,13 @@ def split_noise(k: int | Index, var: Matrix, cov: Matrix
     return var - 2.0 * s_t2, s_t2, np.asarray(split, dtype=np.bool_)
 
 
-_VARIO = True
-_EXTEND = True
-
-
-def _chi2_ratio(df: int) -> float:
-    """χ²(df) upper 5% point over df (Wilson–Hilferty): how far a sample variance of df
-    degrees of freedom strays above the true one by chance."""
+def dispersion_allowance(df: int, z: float = 3.09) -> float:
+    """How far above its mean a Poisson count's sample variance (``df`` degrees of freedom)
+    strays by chance: the upper point of χ²(df)/df at normal ``z`` (Wilson–Hilferty)."""
     if df < 1:
         return 1.0
     a = 2.0 / (9.0 * df)
-    return float((1.0 - a + 1.645 * math.sqrt(a)) ** 3)
-
-
-_DISPERSION = _chi2_ratio if True else (lambda df: 1.0)
+    return float((1.0 - a + z * math.sqrt(a)) ** 3)
 
 
 def variogram(c: Matrix) -> tuple[Matrix, Matrix]:
@@ -257,6 +252,11 @@ class Judged:
         return 0.5 if z == 0.0 else t_sf(z, float(self.df[i]))
 
 
+def normal_isf_leak() -> float:
+    """The normal z that ``ALPHA_LEAK`` corresponds to."""
+    return _crit(math.inf, ALPHA_LEAK)
+
+
 def _critical(df: Matrix, level: float) -> Matrix:
     """One-sided critical values of Student t (normal where df is infinite)."""
     out = np.empty_like(df)
@@ -306,7 +306,7 @@ def judge_counts(c: Matrix) -> Judged:
     # so the whole stretch since growth began is the persistent part's record, and the
     # window reaches back to it (a late leak is judged from where it started).
     never_fell = np.all(np.diff(c, axis=1) >= 0, axis=1)
-    win = np.where(never_fell & _EXTEND, np.minimum(first, w0), w0).astype(np.int64)
+    win = np.where(never_fell, np.minimum(first, w0), w0).astype(np.int64)
     m = full - win
     slope = sums.slope(win, full)
     # The noise comes from every step of the series (more steps, a surer estimate; steps of
@@ -315,7 +315,7 @@ def judge_counts(c: Matrix) -> Judged:
     w_mean = sums.moments(win, full)[0]
     _mean, var, cov = sums.moments(zero, full)
     s_p2, s_t2, split = split_noise(n - 1, var, cov)
-    if split.any() and n >= 12 and _VARIO:
+    if split.any() and n >= VARIOGRAM_MIN:
         vp, vt = variogram(c[split])
         s_p2[split], s_t2[split] = vp, vt
     pace = np.maximum(w_mean, 0.0)
@@ -326,7 +326,17 @@ def judge_counts(c: Matrix) -> Judged:
     # Steps that vary no more than a Poisson count: the variance is known (normal
     # reference). Otherwise it was estimated from n-1 steps: Student t, one degree fewer
     # when it was split in two.
-    poisson = ~split & ((var <= pace) | (never_fell & (var <= pace * _DISPERSION(n - 2))))
+    # A count that never fell may vary up to what chance allows a Poisson count (5%).
+    allowance = dispersion_allowance(n - 2, Z_GROWING)
+    poisson = ~split & ((var <= pace) | (never_fell & (var <= pace * allowance)))
+    if n <= SHORT:
+        # A handful of steps says little about how much a population of this size could
+        # wander: the growth must also stand out from the counting noise of the levels
+        # themselves (a stationary site's count at two dumps differs by at most about
+        # sqrt(c0 + c1)), or the Poisson shortcut is not taken.
+        ends = c[np.arange(rows), win]
+        level = np.sqrt(np.maximum(c[:, -1] + ends, 1.0))
+        poisson &= c[:, -1] - ends >= normal_isf_leak() * level
     df = np.where(poisson, np.inf, np.maximum(np.where(split, n - 3.0, n - 2.0), 1.0))
     crit = _critical(df, ALPHA_LEAK)
     crit_growing = _critical(df, normal_sf(Z_GROWING))
@@ -368,19 +378,34 @@ def judge_counts(c: Matrix) -> Judged:
     # Stopped: had the growth gone on at the pace of the rise, the last third would lie
     # above the third before it by its share of the rise; the levels say it does not.
     stopped = _stopped(c, t0, q, rise)
+    # A leak that slowed down is still a leak while its last third keeps growing on its own
+    # (with that stretch's own noise, one-sided 5%).
+    tail = np.full(rows, t0, dtype=np.int64)
+    t_slope = sums.slope(tail, full)
+    t_mean, t_var, t_cov = sums.moments(tail, full)
+    t_p2, t_t2, _ = split_noise(n - t0 - 1, t_var, t_cov)
+    t_p2 = np.maximum(t_p2, np.maximum(t_mean, 0.0))
+    t_se = np.sqrt(slope_variance(n - t0, t_p2, t_t2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_z = np.where(t_se > 0, t_slope / t_se, 0.0)
+    t_crit = _crit(float(max(n - t0 - 2, 1)), normal_sf(Z_GROWING))
     peak = c.max(axis=1)
     swing = peak - c.min(axis=1)
     # Growth of a sample or two is a count too small to rest a rate on.
     gained = c[:, -1] - c[np.arange(rows), win] >= MIN_NEW_SAMPLES
     verdict = []
+    # A short series grows when its growth clears the levels' counting noise, as two dumps do.
+    rows_i = np.arange(rows)
+    level_z = (c[:, -1] - c[rows_i, win]) / np.sqrt(np.maximum(c[:, -1] + c[rows_i, win], 1.0))
     for i in range(rows):
         slowed = bool(slow[i] >= Z_SLOWDOWN)
-        risen = bool(rise_z[i] >= Z_RISE) and n >= 4
-        if z[i] >= crit[i] and not slowed and gained[i]:
+        risen = bool(rise_z[i] >= Z_RISE)
+        if z[i] >= crit[i] and gained[i] and (not slowed or t_z[i] >= t_crit):
             verdict.append(LEAK)
-        elif risen and (slowed or stopped[i] >= Z_SLOWDOWN):
+        elif risen and n >= 4 and (slowed or stopped[i] >= Z_SLOWDOWN):
             verdict.append(BOUNDED)
-        elif (risen or z[i] >= crit_growing[i]) and slope[i] > 0 and gained[i]:
+        elif ((risen or z[i] >= crit_growing[i] or (n <= SHORT and level_z[i] >= Z_GROWING))
+              and slope[i] > 0 and gained[i]):
             verdict.append(GROWING)
         elif swing[i] >= CHURN_SHARE * peak[i] and swing[i] >= 3.0 * math.sqrt(peak[i]):
             verdict.append(CHURN)

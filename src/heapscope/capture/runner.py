@@ -222,7 +222,7 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         "exit_status": result.exit_status,
         "signal": result.signal,
         "processes": [p.as_dict() for p in sorted(procs.values(), key=lambda p: p.pid)],
-        "modules": _module_build_ids([s.last for s in all_series if s.last is not None]),
+        "modules": _module_build_ids([s.profile for s in all_series if s.profile is not None]),
         "process_events": result.process_events,
         "leak_summaries": summaries,
     })

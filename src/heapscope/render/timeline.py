@@ -128,8 +128,8 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     for s in sorted(all_series, key=lambda s: s.pid or 0):
         ts = times[id(s)]
         by_pid[s.pid] = (s, ts)
-        pts = [(t - start, sum(v[0] for v in tally.values()))
-               for t, tally in zip(ts, s.tallies, strict=False) if t is not None]
+        pts = [(t - start, total)
+               for t, total in zip(ts, s.totals, strict=False) if t is not None]
         if pts:
             lines.append(Line(f"heap pid {s.pid}", HEAP, s.pid, pts,
                               f"{len(pts)} dump{'s' if len(pts) != 1 else ''}"))
