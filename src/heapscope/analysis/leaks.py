@@ -188,12 +188,26 @@ def _site_fields(profile: Profile, stack: tuple[int, ...]) -> tuple[str, str, in
     return loc.fallback_name, "", 0, loc.module
 
 
-def _expected(profile: Profile, stack: tuple[int, ...], builtin: list[Suppression]) -> bool:
-    for a in stack:
-        if profile.location(a).module.startswith(_LOADER_PREFIX):
-            return True
-    texts = [f.function for a in stack for f in profile.location(a).frames]
-    return any(s.matches(texts) for s in builtin)
+class _Expected:
+    """Whether a stack was allocated by a runtime as it started (the dynamic loader, or a
+    built-in suppression), deciding each address once: stacks share most of them."""
+
+    def __init__(self, profile: Profile, builtin: list[Suppression]) -> None:
+        self.profile = profile
+        self.builtin = builtin
+        self.memo: dict[int, bool] = {}
+
+    def __call__(self, stack: tuple[int, ...]) -> bool:
+        memo = self.memo
+        for a in stack:
+            got = memo.get(a)
+            if got is None:
+                loc = self.profile.location(a)
+                got = memo[a] = loc.module.startswith(_LOADER_PREFIX) or any(
+                    s.matches([f.function for f in loc.frames]) for s in self.builtin)
+            if got:
+                return True
+        return False
 
 
 def _suppressed_by(texts: list[str], rules: list[Suppression]) -> str:
@@ -225,6 +239,7 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
                                                   strict=True)}
     findings: list[Finding] = []
     single = judged.judged < 2
+    expected = _Expected(profile, builtin)
     for s in judged.sites:
         stack = series.site_stacks[s.key]
         function, file, line, module = fields[s.key]
@@ -232,7 +247,7 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
                     s.verdict, s.values, s.trend, at_exit=s.at_exit)
         texts = [*f.stack, function, file, module]
         last_bytes = s.values[-1] if s.values else 0.0
-        if _expected(profile, stack, builtin):
+        if expected(stack):
             if single:
                 f.verdict = EXPECTED
             last_bytes = 0.0

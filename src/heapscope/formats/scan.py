@@ -125,12 +125,16 @@ class Scanner:
         if len(records) != body.count("\n@") + 1:
             return None  # a record the expression did not match: the full parser decides
         table = self.table
+        texts, counts_text, bytes_text = zip(*records, strict=True) if records else ((), (), ())
+        ids = list(map(table.ids.get, texts))  # stacks seen in an earlier dump: one lookup
         try:
-            ids = [table.id_of_text(stack) for stack, _c, _b in records]
+            for i, got in enumerate(ids):
+                if got is None:
+                    ids[i] = table.id_of_text(texts[i])
         except ValueError:
             return None
-        counts = np.asarray([c for _s, c, _b in records], dtype=np.float64)
-        nbytes = np.asarray([b for _s, _c, b in records], dtype=np.float64)
+        counts = np.asarray(counts_text, dtype=np.float64)
+        nbytes = np.asarray(bytes_text, dtype=np.float64)
         maps_text = text[maps_at + 1:]
         mappings = self._maps.get(maps_text)
         if mappings is None:
