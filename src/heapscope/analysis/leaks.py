@@ -96,8 +96,9 @@ class Finding:
                 "noise_persistent_bytes": t.noise_persistent,
                 "noise_transient_bytes": t.noise_transient,
                 "more_dumps": t.more_dumps,
-                "series": [round(v, 1) for v in self.series],
             })
+            if self.verdict not in QUIET:  # a flat series says nothing its verdict does not
+                out["series"] = [round(v, 1) for v in self.series]
         if self.at_exit is not None:
             out["at_exit_bytes"] = self.at_exit
         if self.suppressed_by:

@@ -11,6 +11,7 @@ objects, and the sampled objects behind them.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +23,7 @@ from heapscope.analysis.prune import prune
 from heapscope.errors import HeapscopeError
 from heapscope.formats.load import dump_order, parse_dump_name
 from heapscope.formats.scan import DumpCounts, Scanner, unsampled
+from heapscope.formats.scancache import ScanCache
 from heapscope.model import Location, Mapping, Profile, Sample
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -115,27 +117,43 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
     pruned once. ``keep_raw`` also returns each dump fully parsed and symbolized, with the
     locations of its own addresses only (for writing self-contained copies).
     """
-    scanner = Scanner()
+    memory = None if keep_raw else ScanCache(options.cache_dir, pid, paths)
+    scanner = Scanner(memory)
     dumps: list[DumpCounts] = []
     parsed: list[Profile] = []
-    for k, path in enumerate(paths):
+    if keep_raw:
+        for k, path in enumerate(paths):
+            if progress is not None:
+                progress(f"reading dumps of pid {pid}", k, len(paths))
+            try:
+                d, profile = scanner.read(path, keep=True)
+            except HeapscopeError:
+                if len(paths) == 1:
+                    raise
+                continue
+            dumps.append(d)
+            if profile is not None:
+                parsed.append(profile)
+    else:
         if progress is not None:
-            progress(f"reading dumps of pid {pid}", k, len(paths))
-        try:
-            d, profile = scanner.read(path, keep=keep_raw)
-        except HeapscopeError:
-            # A dump still being written (the newest of a live process) is skipped; a series
-            # can do without it. A damaged dump among older ones is skipped the same way.
-            if len(paths) == 1:
-                raise
-            continue
-        dumps.append(d)
-        if keep_raw and profile is not None:
-            parsed.append(profile)
+            progress(f"reading {len(paths)} dumps of pid {pid}", 0, 1)
+        for got in scanner.read_all(paths, jobs=_jobs()):
+            if isinstance(got, HeapscopeError):
+                # A dump still being written (the newest of a live process) is skipped; a
+                # series can do without it. A damaged one among older ones is skipped too.
+                if len(paths) == 1:
+                    raise got
+                continue
+            dumps.append(got)
+    if memory is not None:
+        memory.save()
     if not dumps:
         return ProcessSeries(pid, [], [], np.zeros((0, 0)), np.zeros((0, 0)),
                              np.zeros((0, 0)), {}, None)
-    stacks = scanner.table.stacks
+    table = scanner.table.stacks
+    # Only the stacks these dumps use (a remembered table may hold stacks of dumps since gone).
+    used = np.unique(np.concatenate([d.ids for d in dumps])) if dumps else np.zeros(0, int)
+    stacks = [table[int(i)] for i in used]
     union = _union_profile(pid, stacks, dumps)
     diagnostics: list[Diagnostic] = []
     if all(d.locations for d in dumps):
@@ -149,7 +167,9 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         locations = MappingProxyType(dict(sym.profile.locations))
     union = union.with_(locations=locations)
     pruned = prune(union)
-    sites, site_of, site_stacks = _sites(stacks, pruned)
+    sites, used_site, site_stacks = _sites(stacks, pruned)
+    site_of = np.full(len(table), -1, dtype=np.int64)
+    site_of[used] = used_site
     values, objects, samples = _matrices(dumps, site_of, len(sites))
     kept_raw = []
     if keep_raw:
@@ -160,6 +180,15 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
     return ProcessSeries(pid, [d.path for d in dumps], sites, values, objects, samples,
                          site_stacks, pruned.with_(samples=()), [d.time for d in dumps],
                          diagnostics, kept_raw, [d.kind for d in dumps])
+
+
+def _jobs() -> int:
+    """Worker processes for scanning: the cores this process may run on, at most two."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
 
 
 def _sites(stacks: list[tuple[int, ...]], pruned: Profile

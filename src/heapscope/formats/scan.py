@@ -15,20 +15,36 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from heapscope.errors import InputError
 from heapscope.formats.jemalloc import ParseCache
 from heapscope.formats.load import load, parse_dump_name, read_text
 from heapscope.formats.maps import parse_maps
 from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Mapping, Profile
 
 _HEADER = re.compile(r"heap_v2/(\d+)[ \t]*\n")
-_RECORD = re.compile(r"^@[ \t]*([^\n]*)\n[ \t]*t\*:[ \t]*(\d+):[ \t]*(\d+)[ \t]*\[", re.M)
+# Every record starts a line with "@"; a record whose next line is not its t* counts still
+# matches, with empty counts, which the conversion to numbers then refuses.
+_RECORD = re.compile(r"^@[ \t]*([^\n]*)\n(?:[ \t]*t\*:[ \t]*(\d+):[ \t]*(\d+)[ \t]*\[)?", re.M)
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+
+
+class ScanMemory(Protocol):
+    """Where scanned dumps are remembered between runs (see formats/scancache.py)."""
+
+    table: StackTable
+
+    def get(self, path: str) -> DumpCounts | None:
+        """The counts scanned from this very file before, if any."""
+
+    def put(self, path: str, counts: DumpCounts) -> None:
+        """Remember a dump just scanned."""
 
 
 class StackTable:
@@ -81,10 +97,15 @@ class DumpCounts:
 
 
 class Scanner:
-    """Reads the dumps of one process into :class:`DumpCounts`, sharing what repeats."""
+    """Reads the dumps of one process into :class:`DumpCounts`, sharing what repeats.
 
-    def __init__(self) -> None:
-        self.table = StackTable()
+    With a ``memory`` (:class:`heapscope.formats.scancache.ScanCache`) dumps scanned by an
+    earlier run are taken from it, and new ones are added to it.
+    """
+
+    def __init__(self, memory: ScanMemory | None = None) -> None:
+        self.memory = memory
+        self.table = memory.table if memory is not None else StackTable()
         self._maps: dict[str, tuple[Mapping, ...]] = {}
         self._parse = ParseCache()
 
@@ -92,12 +113,21 @@ class Scanner:
         """The dump's counts, and (when ``keep``, or when the fast path did not apply) the
         fully parsed profile. Bad input raises :class:`heapscope.errors.InputError`."""
         if not keep:
+            if self.memory is not None:
+                known = self.memory.get(path)
+                if known is not None:
+                    return known, None
             text = read_text(path)
             fast = self._fast(path, text)
             if fast is not None:
+                if self.memory is not None:
+                    self.memory.put(path, fast)
                 return fast, None
         profile = load(path, cache=self._parse)
-        return self.from_profile(path, profile), profile
+        counts = self.from_profile(path, profile)
+        if self.memory is not None and not keep:
+            self.memory.put(path, counts)
+        return counts, profile
 
     def from_profile(self, path: str, profile: Profile) -> DumpCounts:
         """Counts of a fully parsed profile."""
@@ -113,40 +143,138 @@ class Scanner:
                           profile.time, dict(profile.locations))
 
     def _fast(self, path: str, text: str) -> DumpCounts | None:
-        head = _HEADER.match(text)
-        maps_at = text.find("\nMAPPED_LIBRARIES:")
-        first = text.find("\n@")
-        if head is None or maps_at < 0 or first < 0 or first > maps_at:
+        got = _extract(text)
+        if got is None:
             return None
-        body = text[first + 1: maps_at + 1]
-        if "<jemalloc>" in body or "\r" in body:
-            return None
-        records = _RECORD.findall(body)
-        if len(records) != body.count("\n@") + 1:
-            return None  # a record the expression did not match: the full parser decides
+        texts, counts, nbytes, period, maps_text = got
         table = self.table
-        texts, counts_text, bytes_text = zip(*records, strict=True) if records else ((), (), ())
         ids = list(map(table.ids.get, texts))  # stacks seen in an earlier dump: one lookup
         try:
-            for i, got in enumerate(ids):
-                if got is None:
+            for i, known in enumerate(ids):
+                if known is None:
                     ids[i] = table.id_of_text(texts[i])
         except ValueError:
             return None
-        counts = np.asarray(counts_text, dtype=np.float64)
-        nbytes = np.asarray(bytes_text, dtype=np.float64)
-        maps_text = text[maps_at + 1:]
+        return DumpCounts(path, np.asarray(ids, dtype=np.int64), counts, nbytes, period, "v2",
+                          False, self._mappings(maps_text), *_name_and_time(path))
+
+    def _mappings(self, maps_text: str) -> tuple[Mapping, ...]:
         mappings = self._maps.get(maps_text)
         if mappings is None:
             mappings = self._maps[maps_text] = parse_maps(maps_text.splitlines())
-        name = parse_dump_name(path)
+        return mappings
+
+    def read_all(self, paths: list[str], jobs: int = 1) -> list[DumpCounts | InputError]:
+        """Every dump's counts (or its error), in order; with ``jobs`` > 1 the dumps not
+        remembered are scanned by that many worker processes, each over its own share."""
+        out: list[DumpCounts | InputError | None] = [None] * len(paths)
+        todo = []
+        for i, path in enumerate(paths):
+            known = self.memory.get(path) if self.memory is not None else None
+            if known is not None:
+                out[i] = known
+            else:
+                todo.append(i)
+        if jobs > 1 and len(todo) >= PARALLEL_MIN:
+            self._parallel(paths, todo, out, jobs)
+        for i in todo:
+            if out[i] is None:
+                try:
+                    out[i] = self.read(paths[i])[0]
+                except InputError as e:
+                    out[i] = e
+        return [r for r in out if r is not None]
+
+    def _parallel(self, paths: list[str], todo: list[int],
+                  out: list[DumpCounts | InputError | None], jobs: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        share = -(-len(todo) // jobs)
+        chunks = [todo[k:k + share] for k in range(0, len(todo), share)]
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=len(chunks), mp_context=ctx) as pool:
+            results = list(pool.map(_scan_chunk, [[paths[i] for i in c] for c in chunks]))
+        for chunk, (texts, rows) in zip(chunks, results, strict=True):
+            try:
+                to_global = np.asarray([self.table.id_of_text(t) for t in texts],
+                                       dtype=np.int64)
+            except ValueError:
+                continue  # a bad stack somewhere: those dumps are read one by one
+            for i, row in zip(chunk, rows, strict=True):
+                if row is None:
+                    continue
+                local, counts, nbytes, period, maps_text = row
+                d = DumpCounts(paths[i], to_global[local] if local.size else local, counts,
+                               nbytes, period, "v2", False, self._mappings(maps_text),
+                               *_name_and_time(paths[i]))
+                if self.memory is not None:
+                    self.memory.put(paths[i], d)
+                out[i] = d
+
+
+PARALLEL_MIN = 16  # dumps to scan before it pays to start worker processes
+
+Extracted = tuple[tuple[str, ...], Floats, Floats, int, str]
+
+
+def _extract(text: str) -> Extracted | None:
+    """(stack texts, counts, bytes, period, memory-map text) of a plain heap_v2 dump, or
+    None when anything in it is unusual (the full parser then reads it)."""
+    head = _HEADER.match(text)
+    maps_at = text.find("\nMAPPED_LIBRARIES:")
+    first = text.find("\n@")
+    if head is None or maps_at < 0 or first < 0 or first > maps_at:
+        return None
+    body = text[first + 1: maps_at + 1]
+    if "<jemalloc>" in body or "\r" in body:
+        return None
+    records = _RECORD.findall(body)
+    texts, counts_text, bytes_text = zip(*records, strict=True) if records else ((), (), ())
+    try:
+        counts = np.asarray(counts_text, dtype=np.float64)
+        nbytes = np.asarray(bytes_text, dtype=np.float64)
+    except ValueError:
+        return None  # a record without its counts: the full parser says where
+    return texts, counts, nbytes, int(head.group(1)), text[maps_at + 1:]
+
+
+def _name_and_time(path: str) -> tuple[str, float | None]:
+    name = parse_dump_name(path)
+    try:
+        mtime: float | None = os.stat(path).st_mtime
+    except OSError:
+        mtime = None
+    return (name.kind if name is not None else "", mtime)
+
+
+ChunkRow = tuple[Ints, Floats, Floats, int, str] | None
+
+
+def _scan_chunk(paths: list[str]) -> tuple[list[str], list[ChunkRow]]:
+    """A worker's share: each dump's records as ids into this worker's own list of stack
+    texts (the parent maps them to its table), or None to leave the dump to the parent."""
+    ids: dict[str, int] = {}
+    texts: list[str] = []
+    rows: list[ChunkRow] = []
+    for path in paths:
         try:
-            mtime: float | None = os.stat(path).st_mtime
-        except OSError:
-            mtime = None
-        return DumpCounts(path, np.asarray(ids, dtype=np.int64), counts, nbytes,
-                          int(head.group(1)), "v2", False, mappings,
-                          name.kind if name is not None else "", mtime)
+            got = _extract(read_text(path))
+        except InputError:
+            got = None
+        if got is None:
+            rows.append(None)
+            continue
+        stacks, counts, nbytes, period, maps_text = got
+        local = []
+        for t in stacks:
+            k = ids.get(t)
+            if k is None:
+                k = ids[t] = len(texts)
+                texts.append(t)
+            local.append(k)
+        rows.append((np.asarray(local, dtype=np.int64), counts, nbytes, period, maps_text))
+    return texts, rows
 
 
 def unsampled(d: DumpCounts) -> tuple[Floats, Floats, Floats]:
