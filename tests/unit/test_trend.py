@@ -252,3 +252,12 @@ def test_a_teardown_dump_changes_no_verdict(
             pa, pb = _rate(a, trend.LEAK), _rate(b, trend.LEAK)
             se = math.sqrt(max(pa * (1 - pa), pb * (1 - pb), 0.25 / RUNS) * 2 / RUNS)
             assert abs(pa - pb) <= 4 * se, f"{case.label}: {pa:.3f} vs {pb:.3f}"
+
+
+def test_a_day_long_linear_rise_is_a_leak() -> None:
+    """1,440 dumps rising from 100 to 820 samples (one every two dumps): a leak, not a cache."""
+    rng = np.random.default_rng(5)
+    c = 100 + np.cumsum(rng.poisson(0.5, 1440)).astype(float)
+    t = trend.classify(list(c * 4096.0), list(c))
+    assert t.verdict == trend.LEAK, t
+    assert t.slope_per_dump == pytest.approx(0.5 * 4096, rel=0.15)

@@ -84,6 +84,7 @@ class Finding:
                 "growth_bytes_per_dump": t.slope_per_dump,
                 "growth_bytes_per_dump_95": [t.slope_low, t.slope_high],
                 "growth_bytes_per_s": t.slope_per_s,
+                "growth_bytes_per_s_95": _per_s_interval(t),
                 "first_growth": t.first_growth,
                 "window_start": t.window_start,
                 "trend_z": round(t.z, 3),
@@ -104,6 +105,13 @@ class Finding:
         if self.suppressed_by:
             out["suppressed_by"] = self.suppressed_by
         return out
+
+
+def _per_s_interval(t: trend.Trend) -> list[float] | None:
+    if t.slope_per_s is None or t.slope_per_dump == 0:
+        return None
+    scale = t.slope_per_s / t.slope_per_dump
+    return [t.slope_low * scale, t.slope_high * scale]
 
 
 @dataclass

@@ -96,6 +96,8 @@ def _process_line(p: ProcessFinding) -> str:
     mark = _PROCESS.get(p.verdict, p.verdict)
     if p.exit_bytes is not None:
         dumps = f"{p.judged} dumps + exit"
+    elif p.judged and p.judged != p.dumps:
+        dumps = f"{p.dumps} dumps, {p.judged} judged"
     else:
         dumps = f"{p.dumps} dump{'s' if p.dumps != 1 else ''}"
     extra = ""

@@ -1,0 +1,55 @@
+"""--fail-on-leak and --fail-on-live: the exit status a CI job gets, on real dump files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heapscope.analysis.leaks import LeakReport, find_leaks
+from heapscope.analysis.series import group_by_pid, load_series
+from heapscope.cli.gates import LEAK_EXIT, UNJUDGED_EXIT, gate
+from heapscope.symbols import SymbolOptions
+from tests import leaksim as ls
+
+MIB = 1 << 20
+R = 512 * 1024  # jemalloc's default period; 64-byte objects: one sample per ~512 KiB
+
+
+def report(folder: Path, counts: dict[int, list[int]]) -> LeakReport:
+    sites = {off: ls.Series(np.asarray([c]), 64, R, False) for off, c in counts.items()}
+    paths = [str(p) for p in ls.write_series(folder, 77, sites, 0)]
+    (pid, group), = group_by_pid(paths).items()
+    return find_leaks([load_series(pid, group, SymbolOptions(cache_dir=None))])
+
+
+def test_two_dumps_that_grew_10_mib_fail_a_6_mib_threshold(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    # 20 -> 40 samples of ~512 KiB: +10 MiB between two dumps, not yet judged a leak, but
+    # a series this short fails closed.
+    r = report(tmp_path, {0x100: [20, 40]})
+    (proc,) = r.processes
+    assert proc.verdict == "undecided"
+    assert proc.growing_bytes == pytest.approx(10 * MIB, rel=0.01)
+    assert gate(r, 6 * MIB, None) == LEAK_EXIT
+    assert "leaks hold 10.0 MiB" in capsys.readouterr().err
+    assert gate(r, 11 * MIB, None) == 0
+
+
+def test_a_single_dump_is_not_judged_but_can_fail_on_live(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    r = report(tmp_path, {0x100: [40]})  # one (final) dump holding ~20 MiB
+    assert r.processes[0].verdict == "unjudged"
+    assert gate(r, 0, None) == UNJUDGED_EXIT
+    assert "needs a series" in capsys.readouterr().err
+    assert gate(r, None, 10 * MIB) == LEAK_EXIT
+    assert gate(r, None, 30 * MIB) == 0
+
+
+def test_a_judged_series_without_leaks_passes(tmp_path: Path) -> None:
+    r = report(tmp_path, {0x100: [50] * 8, 0x200: [5, 30, 8, 25, 6, 28, 7, 29]})
+    assert r.processes[0].verdict == "clean"
+    assert gate(r, 0, None) == 0
