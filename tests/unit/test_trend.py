@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 import pytest
 
-from heapscope.analysis import stats, trend
+from heapscope.analysis import noise, stats, trend
 from heapscope.analysis.judge import tore_down
 from tests import leaksim as ls
 
@@ -38,7 +38,7 @@ def test_slope_variance_matches_the_covariance_of_a_walk_plus_noise() -> None:
         # Levels of a random walk (unit steps from the first dump) plus unit white noise.
         cov = np.minimum.outer(np.arange(m), np.arange(m)).astype(float) * 1.7 \
             + np.eye(m) * 0.4
-        assert float(trend.slope_variance(m, 1.7, 0.4)) == pytest.approx(w @ cov @ w)
+        assert float(noise.slope_variance(m, 1.7, 0.4)) == pytest.approx(w @ cov @ w)
 
 
 def test_t_and_normal_tails_match_tables() -> None:
@@ -55,9 +55,27 @@ def test_benjamini_hochberg_by_hand() -> None:
     assert q == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.5])
 
 
+def test_increment_moments_and_slopes_over_any_stretch() -> None:
+    rng = np.random.default_rng(1)
+    c = rng.poisson(20, (5, 30)).astype(float).cumsum(axis=1) + rng.normal(0, 10, (5, 30))
+    sums = noise.Sums(c)
+    a = np.asarray([0, 3, 10, 20, 24])
+    b = np.asarray([30, 30, 25, 30, 30])
+    mean, var, cov = sums.moments(a, b)
+    slope = sums.slope(a, b)
+    for r in range(5):
+        d = np.diff(c[r, a[r]:b[r]])
+        assert mean[r] == pytest.approx(d.mean())
+        assert var[r] == pytest.approx(d.var(ddof=1))
+        lag = np.sum((d[:-1] - d.mean()) * (d[1:] - d.mean())) / (len(d) - 1)
+        assert cov[r] == pytest.approx(lag)
+        x = np.arange(a[r], b[r])
+        assert slope[r] == pytest.approx(np.polyfit(x, c[r, a[r]:b[r]], 1)[0])
+
+
 def test_hinge_finds_where_growth_began() -> None:
     c = np.asarray([[5, 5, 5, 5, 5, 6, 7, 8, 9, 10]], dtype=float)
-    assert int(trend.hinge(c)[0]) == 4
+    assert int(noise.hinge(c)[0]) == 4
 
 
 # --------------------------------------------------------------------------------------
