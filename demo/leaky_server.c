@@ -1,10 +1,12 @@
-/* A tiny "server" for the heapscope demo: it handles requests with a session cache that
- * is bounded (evicts old entries) and a request log that is supposed to be freed but is not.
- * Expected: heapscope names log_request (demo/leaky_server.c) as the leak, not malloc,
- * jemalloc internals or strdup. */
+/* A tiny "server" for the heapscope demo: for about three seconds it handles requests with a
+ * session cache that is bounded (evicts old entries) and a request log that is supposed to be
+ * freed but is not. Expected, with dumps taken as it runs (heapscope run --every): log_request
+ * (demo/leaky_server.c) is the leak, cache_put's bounded cache is not, and neither malloc,
+ * jemalloc internals nor strdup is named. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CACHE_SLOTS 64
 
@@ -42,8 +44,12 @@ static void handle(int id) {
 }
 
 int main(void) {
-    for (int i = 0; i < 200000; i++)
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    for (int i = 0; i < 200000; i++) {
         handle(i);
+        if (i % 2000 == 1999)
+            nanosleep(&pause, NULL); /* 100 batches, ~3 s: a server's steady trickle */
+    }
     printf("served 200000 requests; %zu log lines kept\n", log_len);
     return 0;
 }

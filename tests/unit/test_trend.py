@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from heapscope.analysis import noise, stats, trend
-from heapscope.analysis.judge import tore_down
+from heapscope.analysis.judge import exit_aside, tore_down
 from tests import leaksim as ls
 
 MIB = ls.MIB
@@ -143,15 +143,17 @@ def test_growing_says_how_many_more_dumps() -> None:
 
 
 def _running(s: ls.Series) -> list[np.ndarray]:
-    """Rows grouped by how many dumps remain once a teardown exit dump is set aside."""
+    """Rows grouped by how many dumps remain once the exit dump is set aside (by the same
+    rules ``heapscope leaks`` applies to a process: judge.exit_aside and judge.tore_down)."""
     counts = s.counts.astype(float)
     if not s.teardown:
         return [counts]
     n = counts.shape[1]
     kinds = ["m"] * (n - 1) + ["f"]
     values = counts * (s.size / s.p)
-    torn = np.asarray([tore_down(kinds, list(v)) for v in values])
-    groups = [counts[torn, :-1], counts[~torn]]
+    aside = np.asarray([exit_aside(kinds, n) or (n >= 3 and tore_down(kinds, list(v)))
+                        for v in values])
+    groups = [counts[aside, :-1], counts[~aside]]
     return [g for g in groups if g.shape[0]]
 
 

@@ -4,9 +4,10 @@ The series becomes two matrices (sites × dumps): estimated live bytes, and the 
 objects behind them, which the trend tests of :mod:`heapscope.analysis.trend` need. Before
 judging:
 
-- a final dump taken after a clean shutdown (most live bytes freed at exit) is not a point
-  of the series: growth is judged on the running dumps and the exit dump is kept as "what was
-  left"; nor is a final dump that repeats the one before it sample for sample;
+- the dump written at exit is not a point of the series when three or more dumps were taken
+  as the program ran: it comes whenever the program ended (after a clean shutdown, most live
+  bytes are already freed), so growth is judged on the running dumps and the exit dump is
+  kept as "what was left"; a final dump that repeats the one before it is not counted twice;
 - every site is tested, and the leak verdict must also survive the process-wide
   false-discovery control (Benjamini–Hochberg at ``Q_FAMILY`` over the sites that moved),
   so a process with thousands of sites does not collect false leaks by chance;
@@ -38,7 +39,7 @@ class SiteSeries:
     values: list[float]  # estimated live bytes per dump, exit dump included
     objects: float  # estimated objects at the last judged dump
     trend: trend.Trend | None  # None for a single judged dump
-    at_exit: float | None = None  # bytes left in the exit dump after a teardown
+    at_exit: float | None = None  # bytes in the exit dump, when it was set aside
     rollup: str = ""  # "", "line" or "function"
     members: int = 1  # sites in a roll-up
 
@@ -63,11 +64,12 @@ class ProcessJudgement:
     """All sites of one process, judged."""
 
     dumps: int  # dumps read
-    judged: int  # dumps the verdicts rest on (the exit dump after a teardown excluded)
-    teardown: bool
+    judged: int  # dumps the verdicts rest on (an exit dump set aside is not one of them)
+    teardown: bool  # the exit dump came after a clean shutdown (most memory freed)
     sites: list[SiteSeries]
     rollups: list[SiteSeries] = field(default_factory=list)
     totals: list[float] = field(default_factory=list)  # live bytes per dump
+    exit_aside: bool = False  # the exit dump is shown as what was left, not judged
 
 
 def tore_down(kinds: list[str], totals: list[float]) -> bool:
@@ -77,6 +79,13 @@ def tore_down(kinds: list[str], totals: list[float]) -> bool:
     if len(totals) < 2 or not kinds or kinds[-1] != "f":
         return False
     return totals[-1] < TEARDOWN_SHARE * totals[-2]
+
+
+def exit_aside(kinds: list[str], n: int) -> bool:
+    """True when the last of ``n`` dumps was written at exit and at least three dumps taken
+    as the program ran remain: the exit dump comes off the series' clock (whenever the
+    program ended), so it is shown as what was left rather than judged as one more point."""
+    return n >= 4 and bool(kinds) and kinds[-1] == "f"
 
 
 def repeats(kinds: list[str], samples: np.ndarray) -> bool:
@@ -98,14 +107,15 @@ def judge_process(series: ProcessSeries, leaf: dict[SiteKey, tuple[str, str]]
     keys = series.sites
     values, counts = series.values, series.samples
     teardown = n >= 3 and tore_down(series.kinds, totals)
-    judged = n - 1 if teardown or (n >= 3 and repeats(series.kinds, counts)) else n
+    aside = exit_aside(series.kinds, n) or teardown
+    judged = n - 1 if aside or (n >= 3 and repeats(series.kinds, counts)) else n
     objects = series.objects[:, judged - 1] if keys else np.zeros(0)
     times = _times(series, judged)
-    sites = _judge_rows(keys, values, counts, objects, judged, times, teardown)
+    sites = _judge_rows(keys, values, counts, objects, judged, times, aside)
     rollups: list[SiteSeries] = []
     if judged >= 3 and keys:
-        rollups = _rollups(keys, values, counts, objects, judged, times, teardown, leaf, sites)
-    return ProcessJudgement(n, judged, teardown, sites, rollups, totals)
+        rollups = _rollups(keys, values, counts, objects, judged, times, aside, leaf, sites)
+    return ProcessJudgement(n, judged, teardown, sites, rollups, totals, aside)
 
 
 def _times(series: ProcessSeries, judged: int) -> list[float] | None:

@@ -128,7 +128,8 @@ class ProcessFinding:
     leak_bytes: float = 0.0  # growth of the sites called leak
     growing_bytes: float = 0.0  # growth of the sites still undecided
     judged: int = 0  # dumps the verdicts rest on
-    exit_bytes: float | None = None  # left in the exit dump after a clean shutdown
+    exit_bytes: float | None = None  # in the exit dump, when it was set aside
+    teardown: bool = False  # the exit dump came after a clean shutdown
     left_bytes: float = 0.0  # live in the last dump, start-up and inherited memory aside
 
     @property
@@ -157,6 +158,7 @@ class ProcessFinding:
                 "role": self.role, "dumps": self.dumps, "judged_dumps": self.judged,
                 "live_bytes": self.live_bytes, "leak_bytes": self.leak_bytes,
                 "growing_bytes": self.growing_bytes, "exit_bytes": self.exit_bytes,
+                "teardown": self.teardown,
                 "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
                 "verdict": self.verdict}
 
@@ -242,8 +244,9 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
     judged = judge_process(series, leaf)
     proc.judged = judged.judged
     proc.live_bytes = judged.totals[judged.judged - 1]
-    if judged.teardown:
+    if judged.exit_aside:
         proc.exit_bytes = judged.totals[-1]
+        proc.teardown = judged.teardown
     final_bytes = {k: float(v) for k, v in zip(series.sites, series.values[:, -1],
                                                   strict=True)}
     findings: list[Finding] = []
@@ -365,9 +368,10 @@ def _notes(processes: list[ProcessFinding]) -> list[str]:
                      "cache that is still filling: growth is reported as 'growing'; take "
                      "more dumps")
     if any(p.exit_bytes is not None for p in processes):
-        notes.append("an exit dump taken after a clean shutdown is not judged as a point of "
-                     "the series: verdicts rest on the running dumps, 'at exit' shows what "
-                     "was left")
+        notes.append("the dump written at exit is not judged as a point of the series (it "
+                     "comes whenever the program ended, after a clean shutdown most memory is "
+                     "already freed): verdicts rest on the dumps taken as it ran, 'at exit' "
+                     "shows what was left")
     return notes
 
 

@@ -179,7 +179,7 @@ def judge_counts(c: Matrix) -> Judged:
         elif ((risen or d.z[i] >= crit_growing[i] or (n <= SHORT and level_z[i] >= Z_GROWING))
               and d.slope[i] > 0 and gained[i]):
             verdict.append(GROWING)
-        elif swing[i] >= CHURN_SHARE * peak[i] and swing[i] >= 3.0 * math.sqrt(peak[i]):
+        elif swing[i] >= max(CHURN_SHARE * peak[i], 3.0 * math.sqrt(peak[i]), 1.0):
             verdict.append(CHURN)
         else:
             verdict.append(STEADY)
@@ -254,11 +254,20 @@ def _slowdown(sums: Sums, n: int, t0: int, first: Index,
     b_last = sums.slope(last, full)
     g_mean, g_var, g_cov = sums.moments(start, full)
     g_p2, g_t2, _ = split_noise(full - start - 1, g_var, g_cov)
-    # Where nothing was ever freed, a leak that went on would add a Poisson count of samples
-    # at its pace: that is the noise to compare the slowdown with (a sample variance would
-    # count the slowdown itself as noise).
+    # Where nothing was ever freed, a leak that went on would add at least a Poisson count
+    # of samples at its pace; the steps' own noise, measured within each stretch (pooled,
+    # from stretches of three steps or more) so that the slowdown itself does not count as
+    # noise, may say more (a program whose pace varies, dumps taken at uneven times).
     pace = np.maximum(g_mean, 0.0)
-    g_p2 = np.where(never_fell, pace, np.maximum(g_p2, pace))
+    _m1, v1, _c1 = sums.moments(start, last)
+    _m2, v2, _c2 = sums.moments(last, full)
+    k1 = (last - start - 1).astype(np.float64)  # steps within each stretch
+    k2 = float(n - t0 - 1)
+    w1 = np.where(k1 >= 3, k1 - 1, 0.0)
+    w2 = k2 - 1 if k2 >= 3 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pooled = np.where(w1 + w2 > 0, (v1 * w1 + v2 * w2) / (w1 + w2), 0.0)
+    g_p2 = np.where(never_fell, np.maximum(pooled, pace), np.maximum(g_p2, pace))
     g_t2 = np.where(never_fell, 0.0, g_t2)
     v = slope_variance(t0 - start, g_p2, g_t2) + slope_variance(n - t0, g_p2, g_t2)
     with np.errstate(divide="ignore", invalid="ignore"):
