@@ -80,8 +80,8 @@ def evidence(f: Finding) -> str:
                  "flat over the last third: growth stopped (a cache that filled?)"]
     elif t.verdict == trend.CHURN:
         lo, hi = min(f.series[:t.dumps]), max(f.series[:t.dumps])
-        parts = [f"moves between {human_bytes(lo)} and {human_bytes(hi)}", grew,
-                 "no lasting rise"]
+        parts = [f"moves between {human_bytes(lo)} and {human_bytes(hi)}",
+                 grew + " (within its swings: no lasting rise shown)"]
     else:
         parts = [grew, "no significant change"]
     if f.at_exit is not None:
