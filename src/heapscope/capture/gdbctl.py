@@ -72,6 +72,7 @@ class CallResult:
     stopped_s: float
     wall_s: float
     raw: dict[str, Any] = field(default_factory=dict)
+    parked_threads: int = 0  # asleep in a condition wait the allocator started (harmless)
 
 
 def gdb_path() -> str:
@@ -207,7 +208,8 @@ def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60
     rcs = {r["name"]: r["rc"] for r in doc["results"]}
     return CallResult(values, rcs, doc.get("symbol", ""), doc.get("threads", 0),
                       doc.get("retries", 0), doc.get("busy_threads", 0),
-                      float(doc.get("stopped_s", 0.0)), wall, doc)
+                      float(doc.get("stopped_s", 0.0)), wall, doc,
+                      doc.get("parked_threads", 0))
 
 
 def _parse(out: str) -> dict[str, Any] | None:

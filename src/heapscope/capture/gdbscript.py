@@ -3,8 +3,10 @@
 It is text, not code of this package: gdb executes it with its own ``gdb`` module, reading
 its parameters (pid, mallctl operations, timeouts, retries) from the JSON file named by
 ``$HEAPSCOPE_GDB_PARAMS``, and prints one marker line with the results. It attaches, checks
-that no thread is inside the allocator (else detaches and retries), calls ``mallctl`` on a
-safe thread with scheduler-locking off, and always detaches.
+that no thread is inside the allocator (else detaches and retries; a thread asleep in a
+condition-variable wait the allocator started, like jemalloc's background thread between
+purges, holds no lock and does not count), calls ``mallctl`` on a safe thread with
+scheduler-locking off, and always detaches.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ ALLOC_NAME = re.compile(
     r"imalloc|ifree|isfree|iralloc|ialloc|idalloc|ipalloc|sz_|eset_|rtree_|psset_|"
     r"__rust_alloc|__rust_dealloc|__rust_realloc|__rdl_|__rg_)"
 )
+# The kernel wait inside a condition-variable wait, and the condition-variable wait itself.
+FUTEX_WAIT = re.compile(r"^(__futex_abstimed_wait_common(64)?|__GI___futex_abstimed_wait"
+                        r"(_cancelable)?(64)?|__futex_abstimed_wait_cancelable(64)?|futex_wait"
+                        r"|__futex_wait|syscall)$")
+COND_WAIT = re.compile(r"^(__pthread_cond_wait_common|_{0,3}pthread_cond_(timed|clock)?wait"
+                       r"(64)?(@@?GLIBC_[0-9.]+)?)$")
+LIBC = re.compile(r"^(libc|libpthread)[.-]")
+FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "i686": 240, "i386": 240, "ppc64le": 221,
+                 "s390x": 238, "riscv64": 98}
 # A thread stopped here must not run our call: it may hold the loader or unwinder locks a
 # sampled allocation inside mallctl would take, or be inside a signal handler.
 UNSAFE_CALLER = re.compile(r"^(_dl_|__GI__dl_|dl_iterate_phdr|__dl_iterate_phdr|_Unwind_|"
@@ -72,6 +83,10 @@ for _cmd in ("set confirm off", "set pagination off", "set height 0", "set width
     quiet(_cmd)
 if P.get("no_debug_files"):
     quiet("set debug-file-directory /nonexistent-heapscope")
+# Read the program's own symbols before the target is stopped, and only the libraries'
+# that matter once it is (see SOLIBS).
+quiet("set auto-solib-add off")
+quiet(f"file /proc/{PID}/exe")
 
 
 def frames_of(thread, depth=10):
@@ -100,6 +115,43 @@ def in_allocator(frames):
         if "jemalloc" in base or ALLOC_NAME.match(name):
             return name or base or "?"
     return None
+
+
+def in_futex(tid):
+    """True when the thread is blocked in the futex system call (what a condition wait and
+    a mutex wait both end in), as the kernel reports it while the thread is stopped."""
+    nr = FUTEX_SYSCALL.get(os.uname().machine)
+    try:
+        with open(f"/proc/{PID}/task/{tid}/syscall") as f:
+            first = f.read().split()[:1]
+    except OSError:
+        return False
+    return nr is not None and first == [str(nr)]
+
+
+def parked(frames, tid):
+    """True for a thread asleep in pthread_cond_wait/timedwait called by the allocator (as
+    jemalloc's background thread sleeps between purges). Blocked in the futex call there,
+    it is either waiting on the condition (pthread_cond_wait has released the allocator's
+    mutex) or waiting to take that mutex back from another thread: either way it holds no
+    lock a mallctl call could need. Only the C library's own frames may stand between the
+    wait and the allocator; anything else inside the allocator is busy."""
+    if not frames or not in_futex(tid):
+        return False
+    cond = False
+    for name, so, sig in frames:
+        if sig:
+            return False
+        base = os.path.basename(so)
+        if COND_WAIT.match(name):
+            cond = True
+        elif FUTEX_WAIT.match(name) or (not name and LIBC.match(base)):
+            continue
+        elif cond:
+            return "jemalloc" in base or bool(ALLOC_NAME.match(name))
+        else:
+            return False
+    return False
 
 
 def unsafe_caller(frames):
@@ -204,12 +256,28 @@ class Caller:
         return rc, int.from_bytes(raw, "little", signed=kind == "ssize_t")
 
 
+# Symbols of the libraries whose frames the safety checks name (the allocator, the C
+# library's waits and fork, the dynamic loader, the unwinder). Loading every library's
+# symbols would keep the target stopped for as long as that takes (200 ms for CPython).
+SOLIBS = ("jemalloc", "libc[.-]", "ld-linux", "ld-musl", "libgcc_s", "libunwind", "libpthread")
+_all_solibs = False
+
+
 def attach():
     try:
         run(f"attach {PID}")
-        return None
     except gdb.error as e:
         return str(e)
+    for pattern in SOLIBS:
+        quiet(f"sharedlibrary {pattern}")
+    return None
+
+
+def load_all_solibs():
+    global _all_solibs
+    if not _all_solibs:
+        quiet("sharedlibrary")
+        _all_solibs = True
 
 
 def detach():
@@ -235,10 +303,13 @@ def main():
         threads = sorted(inf.threads(), key=lambda t: t.num)
         busy = {}
         safe = []
+        asleep = 0
         for t in threads:
             fr = frames_of(t)
             where = in_allocator(fr)
-            if where:
+            if where and parked(fr, t.ptid[1]):
+                asleep += 1
+            elif where:
                 busy[t.ptid[1]] = where
             elif not unsafe_caller(fr) and fr:
                 safe.append(t)
@@ -256,6 +327,10 @@ def main():
             continue
         break
     name, addr = find_mallctl()
+    if not addr:
+        # A jemalloc linked into some other library (or a renamed one): look everywhere.
+        load_all_solibs()
+        name, addr = find_mallctl()
     if not addr:
         detach()
         emit(error="nomallctl", message="no mallctl symbol", threads=len(threads))
@@ -298,6 +373,7 @@ def main():
         stopped = time.monotonic() - t0
         detach()
     info = {"symbol": name, "threads": len(threads), "busy_threads": len(busy),
+            "parked_threads": asleep,
             "busy_where": sorted(set(busy.values()))[:5], "retries": retries,
             "busy_seen": busy_seen, "caller_tid": caller_tid,
             "stopped_s": round(stopped, 4)}

@@ -107,8 +107,9 @@ def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
     out.write(f"pid {st['pid']}  {cmd}\n")
     out.write(f"jemalloc   {st['version'] or '?'}  ({st['symbol']})  "
               f"config.prof {_yn(st['config_prof'])}\n")
+    # Without profiling, lg_sample reads as 0: there is no sample period to show.
     sample = f"{human_bytes(st['sample_bytes'])} (lg {st['lg_sample']})" \
-        if st["sample_bytes"] else "-"
+        if st["sample_bytes"] and st["opt_prof"] else "-"
     out.write(f"profiling  opt.prof {_yn(st['opt_prof'])}  prof.active "
               f"{_yn(st['prof_active'])}  sample every {sample}  prefix "
               f"{st['prof_prefix'] if st['prof_prefix'] is not None else '-'}\n")
@@ -117,7 +118,9 @@ def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
     out.write(f"heap       {stats}\n")
     a = st["attach"]
     out.write(f"attach     stopped {a['stopped_s'] * 1000:.0f} ms, {a['threads']} threads "
-              f"({a['threads_in_allocator']} in the allocator, {a['retries']} retries)\n")
+              f"({a['threads_in_allocator']} in the allocator, "
+              f"{a['threads_asleep_in_allocator']} asleep in a wait it started, "
+              f"{a['retries']} retries)\n")
     if not st["opt_prof"]:
         out.write(f"note: profiling is off in this process; {NOPROF_HINT}\n")
     return 0

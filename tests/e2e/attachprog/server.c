@@ -6,7 +6,9 @@
  * pause an attach causes. Each line read on stdin is answered on stdout with
  * "<beats> <max_gap_us>" (the max gap since the previous question, then reset), so a test can
  * check the process still responds and measure pauses. Runs until SIGTERM/SIGINT (exit 0), or
- * exits by itself after argv[1] milliseconds when given.
+ * exits by itself after argv[1] milliseconds when given (0: never); argv[2] sets the number of
+ * allocating worker threads (default 4, at most 4) and argv[3] whether slow_leak runs (default
+ * 1): "0 0 0" leaves a target whose threads sleep or wait outside the allocator.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -100,9 +102,13 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     long exit_after_ms = argc > 1 ? atol(argv[1]) : 0;
+    int workers = argc > 2 ? atoi(argv[2]) : 4;
+    if (workers < 0 || workers > 4) workers = 4;
+    int leak = argc > 3 ? atoi(argv[3]) : 1;
     pthread_t t[7];
-    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1));
-    pthread_create(&t[4], NULL, leaker, NULL);
+    for (int i = 0; i < workers; i++)
+        pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+    if (leak) pthread_create(&t[4], NULL, leaker, NULL);
     pthread_create(&t[5], NULL, heartbeat, NULL);
     pthread_t r;
     pthread_create(&r, NULL, responder, NULL);
@@ -116,6 +122,8 @@ int main(int argc, char **argv) {
         if (exit_after_ms && now_us() - start >= exit_after_ms * 1000) break;
     }
     atomic_store(&stopping, 1);
-    for (int i = 0; i < 6; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < workers; i++) pthread_join(t[i], NULL);
+    if (leak) pthread_join(t[4], NULL);
+    pthread_join(t[5], NULL);
     return 0;
 }
