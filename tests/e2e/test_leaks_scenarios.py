@@ -563,6 +563,34 @@ def test_python_teardown_keeps_the_zlib_leak(tmp_path: Path, libjemalloc: Path) 
     assert fail.returncode == LEAK_EXIT, fail.stderr
 
 
+def test_every_dumps_every_process_of_the_tree(series_bin: Path, tmp_path: Path,
+                                               libjemalloc: Path) -> None:
+    """``run --every`` takes its dumps from every process of the program's tree, not only the
+    one it launched: each forked worker gets a series, and the leaking one a leak verdict."""
+    if not shutil.which("gdb"):
+        pytest.skip("gdb not installed: apt-get install gdb (scripts/setup.sh installs it)")
+    session = tmp_path / "s"
+    p = hs("run", "-o", str(session), "--sample", "4k", "--every", "0.4", "--",
+           str(series_bin), "--no-dump", "--step-ms", "150", "prefork", "30",
+           cache=tmp_path / "c", timeout=300)
+    assert p.returncode == 0, p.stderr
+    roles = {int(m.group(1)): "parent" for m in re.finditer(r"^role=parent pid=(\d+)$",
+                                                             p.stdout, re.M)}
+    roles.update({int(m.group(2)): f"worker{m.group(1)}" for m in re.finditer(
+        r"^role=worker index=(\d) pid=(\d+) leaks=\d$", p.stdout, re.M)})
+    assert len(roles) == 4, p.stdout
+    report = json.loads((session / "report.json").read_text())
+    procs = {q["pid"]: q for q in report["processes"]}
+    for pid, role in roles.items():
+        manual = list((session / "dumps").glob(f"jeprof.{pid}.*.m*.heap"))
+        assert len(manual) >= 3, (role, [d.name for d in manual])
+        assert procs[pid]["judged_dumps"] >= 3, procs[pid]
+        assert procs[pid]["verdict"] == ("leaks" if role == "worker2" else "clean"), \
+            (role, procs[pid])
+    leaks = [s for s in report["suspects"] if s["verdict"] == "leak"]
+    assert [(roles[s["pid"]], s["function"]) for s in leaks] == [("worker2", "leak_in_worker")]
+
+
 # --------------------------------------------------------------------------------------
 # Interval dumps
 

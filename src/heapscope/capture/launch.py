@@ -126,7 +126,8 @@ def run(
     problems: list[str] = []
     ticker = None
     if every and periodic is not None:
-        ticker = threading.Thread(target=_tick, args=(proc, every, periodic, done, problems),
+        ticker = threading.Thread(target=_tick, args=(proc, every, periodic, done, problems,
+                                                      lambda: _dumpable(watcher)),
                                   name="heapscope-every", daemon=True)
         ticker.start()
 
@@ -161,25 +162,58 @@ def run(
     return result
 
 
+def _dumpable(watcher: TreeWatcher) -> list[int]:
+    """The program and every process of its tree alive now, but the shells and small tools
+    that scripts run (they would only add attaches)."""
+    from heapscope.analysis.processes import HELPERS
+
+    out = [watcher.root]
+    with watcher.lock:
+        infos = {pid: watcher.procs.get(pid) for pid in watcher.alive_locked()}
+    for pid, info in sorted(infos.items()):
+        if info is not None and os.path.basename(info.exe) not in HELPERS:
+            out.append(pid)
+    return out
+
+
 def _tick(proc: subprocess.Popen[bytes], every: float,
           periodic: Callable[[int], str | None], done: threading.Event,
-          problems: list[str]) -> None:
-    """Call ``periodic`` every ``every`` seconds until the program ends; give up after three
-    failures in a row (a target that cannot be attached will not start working)."""
-    failures = 0
-    while not done.wait(every):
-        if proc.poll() is not None:
-            return
-        problem = periodic(proc.pid)
-        if problem is None:
-            failures = 0
-            continue
-        failures += 1
-        if proc.poll() is None:
-            problems.append(problem)
-        if failures >= 3:
-            problems.append("periodic dumps stopped after three failures in a row")
-            return
+          problems: list[str], targets: Callable[[], list[int]]) -> None:
+    """Every ``every`` seconds, call ``periodic`` on each process ``targets`` lists (the
+    program and the processes it started), two at a time, until the program ends. A process
+    that fails three times in a row is left alone from then on (one that cannot be attached
+    will not start working); failures of a process that has just exited are not problems."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    failures: dict[int, int] = {}
+    given_up: set[int] = set()
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="heapscope-dump") as pool:
+        while not done.wait(every):
+            if proc.poll() is not None:
+                return
+            pids = [pid for pid in targets() if pid not in given_up]
+            for pid, problem in zip(pids, pool.map(periodic, pids), strict=True):
+                if problem is None:
+                    failures[pid] = 0
+                    continue
+                if not _alive(pid):
+                    given_up.add(pid)
+                    continue
+                problems.append(problem)
+                failures[pid] = failures.get(pid, 0) + 1
+                if failures[pid] >= 3:
+                    given_up.add(pid)
+                    problems.append(f"periodic dumps of pid {pid} stopped after three "
+                                    "failures in a row")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
 
 
 def _spawn_failed(cmd: list[str], e: OSError) -> CommandNotFound:

@@ -65,7 +65,7 @@ class TreeWatcher:
         self.timeline: list[tuple[float, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heapscope-watch", daemon=True)
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     def begin(self) -> None:
         """Start sampling in a background thread."""
@@ -93,7 +93,7 @@ class TreeWatcher:
                 if child not in members and ppid in members:
                     members.add(child)
                     changed = True
-        with self._lock:
+        with self.lock:
             for pid in members:
                 info = self.procs.get(pid)
                 if info is None:
@@ -105,10 +105,13 @@ class TreeWatcher:
 
     def alive(self) -> list[int]:
         """Pids of the tree seen alive at the last sample, the root excepted."""
-        with self._lock:
-            now = self._last
-            return [p.pid for p in self.procs.values()
-                    if p.pid != self.root and p.last_seen == now]
+        with self.lock:
+            return self.alive_locked()
+
+    def alive_locked(self) -> list[int]:
+        """:meth:`alive`, for a caller that holds ``lock``."""
+        now = self._last
+        return [p.pid for p in self.procs.values() if p.pid != self.root and p.last_seen == now]
 
     _last = 0.0
 
@@ -131,7 +134,7 @@ class TreeWatcher:
                 if pid not in members and ppid in members:
                     members.add(pid)
                     changed = True
-        with self._lock:
+        with self.lock:
             for pid in members:
                 ppid, rss = stats[pid]
                 info = self.procs.get(pid)
