@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 SERVER_C = HERE / "attachprog" / "server.c"
+WINDOW_C = HERE / "attachprog" / "window.c"
 CONF = "prof:true,lg_prof_sample:12"
 
 
@@ -155,21 +156,41 @@ def test_dump_start_stop(server: Target, tmp_path: Path) -> None:
     server.ask()
 
 
-def test_window_ranks_slow_leak_first(server: Target, tmp_path: Path) -> None:
-    s = tmp_path / "w"
-    p = hs(str(server.pid), "window", "--seconds", "3", "--settle", "1", "-o", str(s),
-           "--format", "json", cache=tmp_path / "c")
-    assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout)
-    assert doc["suspects"][0]["function"] == "slow_leak"
-    # Two dumps show growth, but cannot tell a leak from a cache that is still filling.
-    assert doc["suspects"][0]["verdict"] == "growing"
-    assert doc["processes"][0]["verdict"] == "undecided"
-    assert len(list((s / "dumps").glob("*.heap"))) == 2
-    assert json.loads((s / "report.json").read_text())["mode"] == "window"
-    st = json.loads(hs(str(server.pid), "status", "--format", "json",
-                       cache=tmp_path / "c").stdout)
-    assert st["prof_active"] is True  # restored
+def test_window_holds_only_what_the_window_kept(gcc: Path, libjemalloc: Path, gdb: str,
+                                                 tmp_path: Path) -> None:
+    """attach window on a program profiled from the start (prof.active on), after a warm-up
+    that allocated 64 MiB and freed it and built an 8 MiB cache: the window's dump holds
+    what was allocated during the window and is still live, ranked, slow_leak first; the
+    warm-up and the cache are not in it; the history before the window is kept aside."""
+    binary = tmp_path / "window"
+    subprocess.run([str(gcc), "-O1", "-g", "-o", str(binary), str(WINDOW_C)], check=True)
+    t = Target([str(binary)], _env(libjemalloc, CONF))
+    try:
+        s = tmp_path / "w"
+        p = hs(str(t.pid), "window", "--seconds", "2", "--settle", "1", "-o", str(s),
+               "--format", "json", cache=tmp_path / "c")
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        first = doc["suspects"][0]
+        assert first["function"] == "slow_leak" and first["verdict"] == "live", first
+        # ~400 KiB/s for the 2 s the window sampled (at most a little more while it stopped)
+        assert 0.5 * 800 * 1024 < first["bytes"] < 2 * 800 * 1024, first
+        names = {x["function"] for x in doc["suspects"]}
+        assert not names & {"warm_up", "build_cache"}, names
+        assert doc["window"]["seconds"] == 2 and doc["mode"] == "window"
+        assert len(list((s / "dumps").glob("*.heap"))) == 1
+        (before,) = (s / "dumps").glob("*.before")
+        assert "build_cache" in subprocess.run(
+            [*_cli(), "top", "--format", "json", str(before)], capture_output=True, text=True,
+            env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))).stdout
+        st = json.loads(hs(str(t.pid), "status", "--format", "json",
+                           cache=tmp_path / "c").stdout)
+        assert st["prof_active"] is True  # restored
+        text = hs(str(t.pid), "window", "--seconds", "1", "--settle", "0.5", "-o",
+                  str(tmp_path / "w2"), cache=tmp_path / "c").stdout
+        assert "the window kept" in text and "slow_leak" in text, text
+    finally:
+        assert t.stop() == 0
 
 
 def test_watch_series(server: Target, tmp_path: Path) -> None:

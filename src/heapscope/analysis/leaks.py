@@ -170,6 +170,7 @@ class LeakReport:
     processes: list[ProcessFinding]
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    window: dict[str, Any] | None = None  # set when the one dump is a window's (attach)
 
     @property
     def leak_bytes(self) -> float:
@@ -184,9 +185,12 @@ class LeakReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report.json document's analysis part."""
-        return {"processes": [p.as_dict() for p in self.processes],
-                "suspects": [f.as_dict() for f in self.findings],
-                "notes": self.notes}
+        doc = {"processes": [p.as_dict() for p in self.processes],
+               "suspects": [f.as_dict() for f in self.findings],
+               "notes": self.notes}
+        if self.window is not None:
+            doc["window"] = self.window
+        return doc
 
 
 def _site_fields(profile: Profile, stack: tuple[int, ...]) -> tuple[str, str, int, str]:

@@ -67,8 +67,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = action("reset", "forget every sample so far (prof.reset)")
     a.add_argument("--sample", metavar="BYTES",
                    help="new mean bytes between samples (rounded to a power of two)")
-    a = action("window", "dump, sample for N s, stop, settle M s, dump: what was allocated "
-                         "in the window and is still live")
+    a = action("window", "jemalloc's steady-state recipe: reset the profile, sample for N s, "
+                         "stop, settle M s, dump: what was allocated in the window and is "
+                         "still live, ranked (a dump taken first keeps the history)")
     a.add_argument("--seconds", type=float, required=True, metavar="N")
     a.add_argument("--settle", type=float, default=None, metavar="M",
                    help="wait after sampling stops (default: as long as the window)")
@@ -174,27 +175,36 @@ def _reset(ctl: at.Controller, args: argparse.Namespace) -> int:
 
 
 def _window(ctl: at.Controller, args: argparse.Namespace) -> int:
+    """jemalloc's steady-state recipe: forget every sample, sample for N s, stop sampling,
+    let short-lived objects go for M s, dump. The dump then holds exactly what was
+    allocated in the window and is still live; the dump taken first keeps the history that
+    the reset forgets."""
     if args.seconds <= 0 or (args.settle is not None and args.settle < 0):
         raise UsageError("--seconds must be > 0 and --settle >= 0")
     settle = args.seconds if args.settle is None else args.settle
     session = at.open_session(ctl, args.output, _facts(ctl))
-    first = at.next_dump_path(session, ctl.pid)
-    was = bool(ctl.dump(first, [Op("prof.active", "bool")]).values.get("prof.active"))
+    before = at.next_dump_path(session, ctl.pid)
+    was = bool(ctl.dump(before, [Op("prof.active", "bool")]).values.get("prof.active"))
+    os.replace(before, before[:-len(".heap")] + ".before")  # kept aside, not a point
+    before = before[:-len(".heap")] + ".before"
     restored = False
     try:
+        ctl.reset(None)
         ctl.set_active(True)
         time.sleep(args.seconds)
         ctl.set_active(False)
         time.sleep(settle)
-        second = at.next_dump_path(session, ctl.pid)
-        ctl.dump(second, [Op("prof.active", "bool", was, True)])
+        window = at.next_dump_path(session, ctl.pid)
+        ctl.dump(window, [Op("prof.active", "bool", was, True)])
         restored = True
     finally:
         if not restored:
             _restore(ctl, was)
-    note = (f"window: sampled {args.seconds:g} s, settled {settle:g} s; prof.active restored "
-            f"to {_yn(was)}")
-    return _report(ctl, args, session, [first, second], "window", note)
+    note = (f"window: what was allocated during the {args.seconds:g} s window and is still "
+            f"live {settle:g} s after it (the profile was reset when it began; the heap "
+            f"before it is in {before}); prof.active restored to {_yn(was)}")
+    return _report(ctl, args, session, [window], "window", note,
+                   {"seconds": args.seconds, "settle": settle, "before": before})
 
 
 def _restore(ctl: at.Controller, was: bool) -> None:
@@ -225,9 +235,12 @@ def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
 
 
 def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: Sequence[str],
-            kind: str, note: str) -> int:
+            kind: str, note: str, window: dict[str, Any] | None = None) -> int:
     with DelayedProgress() as bar:
         report = at.analyse(session, ctl.pid, list(dumps), symbol_options(args), bar.update)
+    if window is not None:
+        report.window = window
+        report.notes = []
     report.notes.insert(0, note)
     doc = at.write_report(session, ctl.pid, report, kind, ctl.log,
                           {"session": session, "dumps": list(dumps)})

@@ -8,7 +8,7 @@ test statistic and p-value, and how many samples stand behind them.
 from __future__ import annotations
 
 import shlex
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -51,7 +51,7 @@ def _rate(t: trend.Trend) -> str:
     return rate
 
 
-def evidence(f: Finding) -> str:
+def evidence(f: Finding, window: dict[str, Any] | None = None) -> str:
     """One line saying why ``f`` got its verdict, in the numbers the verdict rests on."""
     t = f.trend
     if t is None:
@@ -61,14 +61,17 @@ def evidence(f: Finding) -> str:
             return "inherited from the parent process"
         if f.verdict == SUPPRESSED:
             return f"suppressed by {f.suppressed_by}"
+        if window is not None:
+            return (f"allocated during the {window['seconds']:g} s window, still live "
+                    f"{window['settle']:g} s after it")
         return "live in the only dump: one dump cannot show growth"
     since = f" since dump {t.first_growth}" if t.first_growth else ""
     grew = f"{_signed(t.growth)} over {t.dumps} dumps"
     drift = f"drift z {t.z:.1f}, {_p(t.p_value)}"
     if t.q_value is not None and t.verdict in (LEAK, GROWING):
         drift += f", q {t.q_value:.2g}"
-    window = t.dumps - t.window_start
-    samples = f"{t.samples:,.0f} samples ({t.new_samples:+,.0f} over the last {window} dumps)"
+    span = t.dumps - t.window_start
+    samples = f"{t.samples:,.0f} samples ({t.new_samples:+,.0f} over the last {span} dumps)"
     if t.verdict == LEAK:
         parts = [grew + since, _rate(t), drift, samples]
     elif t.verdict == GROWING:
@@ -91,9 +94,9 @@ def evidence(f: Finding) -> str:
     return "; ".join(parts)
 
 
-def _process_line(p: ProcessFinding) -> str:
+def _process_line(p: ProcessFinding, window: bool = False) -> str:
     cmd = shlex.join(p.cmdline) if p.cmdline else p.exe
-    mark = _PROCESS.get(p.verdict, p.verdict)
+    mark = "window" if window and p.verdict == "unjudged" else _PROCESS.get(p.verdict, p.verdict)
     if p.exit_bytes is not None:
         dumps = f"{p.judged} dumps + exit"
     elif p.judged and p.judged != p.dumps:
@@ -117,6 +120,9 @@ def _summary(report: LeakReport, shown: list[Finding]) -> str:
         counts[f.verdict] = counts.get(f.verdict, 0) + 1
     if counts.get(LEAK):
         return ""
+    if report.window is not None:
+        return (f"the window kept {counts.get(LIVE, 0)} site(s): allocated during it and "
+                "still live after it, biggest first")
     parts = ["no leak found"]
     if counts.get(GROWING):
         parts.append(f"{counts[GROWING]} site(s) grew without proof of a leak (growing)")
@@ -138,7 +144,7 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
     procs = report.processes
     con.print(f"[bold]processes ({len(procs)})[/]")
     for p in procs[:15]:
-        con.print(_process_line(p))
+        con.print(_process_line(p, report.window is not None))
     if len(procs) > 15:
         con.print(f"  … and {len(procs) - 15} more processes")
     shown = [f for f in report.findings if f.verdict not in QUIET]
@@ -155,7 +161,7 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
                 else f"{human_bytes(f.bytes)} over {f.sites} call paths ({f.rollup} roll-up)")
         con.print(f" {n:>2}. [{style}]{label}[/]  {size}  "
                   f"[bold]{escape(f.function)}[/]{where}  (pid {f.pid})")
-        con.print(f"       {escape(evidence(f))}")
+        con.print(f"       {escape(evidence(f, report.window))}")
         for fr in f.stack[1:frames]:
             con.print(f"         {escape(fr)}")
     if len(shown) > top:
