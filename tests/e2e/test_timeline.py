@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -62,7 +63,9 @@ def test_timeline_html(session: Path, tmp_path: Path) -> None:
     html = out.read_text()
     assert "<svg" in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     assert html.count("<polyline") >= 3  # RSS, heap, suspects
-    assert "RSS pid " in html and "heap pid " in html
+    # each process by its title, pid and role
+    assert re.search(r"RSS [^<]*series[^<]*\[pid \d+, main\]", html), html[:2000]
+    assert re.search(r"heap [^<]*series[^<]*\[pid \d+, main\]", html)
     assert "leak_linear (leak, pid" in html
     assert "cache_fill (bounded, pid" in html
     assert "<script" not in html

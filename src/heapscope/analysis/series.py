@@ -13,12 +13,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from collections.abc import Mapping as MappingT
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
+from heapscope.analysis.ownership import alias_modules
 from heapscope.analysis.prune import prune
 from heapscope.errors import HeapscopeError
 from heapscope.formats.load import dump_order, parse_dump_name
@@ -110,7 +112,8 @@ def _union_profile(pid: int | None, stacks: list[tuple[int, ...]],
 
 
 def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
-                progress: ProgressFn | None = None, *, keep_raw: bool = False) -> ProcessSeries:
+                progress: ProgressFn | None = None, *, keep_raw: bool = False,
+                aliases: MappingT[str, str] | None = None) -> ProcessSeries:
     """Load every dump of one process and reduce each to live bytes and objects per site.
 
     Each dump is read for its counts only; the union of their stacks is symbolized once and
@@ -165,7 +168,7 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         sym = symbolize(union, options, progress)
         diagnostics.extend(sym.diagnostics)
         locations = MappingProxyType(dict(sym.profile.locations))
-    union = union.with_(locations=locations)
+    union = alias_modules(union.with_(locations=locations), aliases or {})
     pruned = prune(union)
     sites, used_site, site_stacks = _sites(stacks, pruned)
     site_of = np.full(len(table), -1, dtype=np.int64)

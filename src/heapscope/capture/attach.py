@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.analysis.leaks import LeakReport, find_leaks
+from heapscope.analysis.ownership import exe_aliases, facts_from_manifest
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
@@ -254,8 +255,9 @@ def update_manifest(session: str, **fields: Any) -> None:
 def analyse(session: str, pid: int, dumps: list[str], options: SymbolOptions,
             progress: Callable[[str, int, int], None] | None = None) -> LeakReport:
     """``heapscope leaks`` on these dumps of the target: load_series + find_leaks."""
-    series = load_series(pid, dumps, options, progress)
     m = sess.read_manifest(session)
+    series = load_series(pid, dumps, options, progress,
+                         aliases=exe_aliases(facts_from_manifest(m)))
     info = {p["pid"]: p for p in m.get("processes", [])
             if isinstance(p, dict) and isinstance(p.get("pid"), int)}
     return find_leaks([series], info=info, root=pid)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.analysis.leaks import LeakReport, ProcessFinding, find_leaks
+from heapscope.analysis.ownership import ProcessFacts, exe_aliases
 from heapscope.analysis.processes import QUIET_ROLES, role
 from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
 from heapscope.capture import session as sess
@@ -189,6 +190,8 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     notes = _notes(result, lib, by_pid) + result.problems
     sess.collect_perf_maps(path, sorted(by_pid))
     procs = result.watcher.procs
+    aliases = exe_aliases({pid: ProcessFacts(pid, p.ppid, p.exe, tuple(p.cmdline))
+                           for pid, p in procs.items()})
     diagnostics: list[Diagnostic] = []
     all_series: list[ProcessSeries] = []
     symbols = opts.symbol_options if opts.symbolize else SymbolOptions(cache_dir=None)
@@ -196,7 +199,7 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         if progress is not None:
             progress(f"symbolizing dumps of pid {pid}", k, len(by_pid))
         try:
-            series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize)
+            series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize, aliases=aliases)
         except HeapscopeError as e:
             notes.append(str(e))
             continue

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Mapping as MappingT
+from typing import TYPE_CHECKING
 
 from heapscope.analysis.filter import select_threads
 from heapscope.analysis.top import SAMPLE_INDEX
@@ -11,6 +14,9 @@ from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.options import default_cache_dir
+
+if TYPE_CHECKING:
+    from heapscope.analysis.ownership import ProcessFacts
 
 
 def add_symbol_options(p: argparse.ArgumentParser) -> None:
@@ -64,17 +70,71 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
 
 
 def load_profiles(paths: list[str], args: argparse.Namespace, progress: ProgressFn | None,
-                  *, threads: bool = False) -> list[Profile]:
+                  *, threads: bool = False,
+                  aliases: MappingT[str, str] | None = None) -> list[Profile]:
     """Prepare each dump (unsampled, symbolized, pruned), print its symbol notes, and keep
-    only the thread chosen with ``--thread`` when the command has that option."""
+    only the thread chosen with ``--thread`` when the command has that option; modules in
+    ``aliases`` (a program's file by the name it was started as) are renamed."""
+    from heapscope.analysis.ownership import alias_modules
+
     opts = symbol_options(args)
     thread = getattr(args, "thread", None)
     out = []
     for path in paths:
         prep = prepare(path, opts, threads=threads or bool(thread), progress=progress)
         print_diagnostics(prep.diagnostics, args.verbose)
-        profile = prep.profile
+        profile = alias_modules(prep.profile, aliases or {})
         if thread:
             profile = select_threads(profile, thread)
         out.append(profile)
     return out
+
+
+def session_facts(inputs: list[str]) -> dict[int, ProcessFacts]:
+    """What the session manifests among ``inputs`` say of their processes."""
+    from heapscope.analysis.ownership import facts_from_manifest
+    from heapscope.capture.session import read_manifest
+    from heapscope.prepare import is_session
+
+    facts: dict[int, ProcessFacts] = {}
+    for path in inputs:
+        if os.path.isdir(path) and is_session(path):
+            facts.update(facts_from_manifest(read_manifest(path)))
+    return facts
+
+
+def session_aliases(inputs: list[str]) -> dict[str, str]:
+    """Program files by the names their processes were started as (see exe_aliases)."""
+    from heapscope.analysis.ownership import exe_aliases
+
+    return exe_aliases(session_facts(inputs))
+
+
+def per_process(inputs: list[str], profiles: list[Profile], *, roots: bool = True
+                ) -> tuple[list[Profile], list[str]]:
+    """For dumps of several processes: each process's own memory (what a forked child
+    inherited is its parent's), with one root frame per process when ``roots``; and the
+    processes' labels, for a title. One process: the profiles as they are."""
+    from heapscope.analysis.ownership import ProcessFacts, own_memory, with_process_root
+
+    pids = [p.pid for p in profiles if p.pid is not None]
+    if len(set(pids)) < 2:
+        return profiles, []
+    facts = session_facts(inputs)
+    for p in profiles:
+        if p.pid is not None and p.pid not in facts:
+            exe = next((m.path for m in p.mappings if m.executable and not m.anonymous), "")
+            facts[p.pid] = ProcessFacts(p.pid, exe=exe)
+    own = own_memory(profiles, facts)
+    labels = [facts[p.pid].label if p.pid is not None else p.source for p in own]
+    if roots:
+        own = [with_process_root(p, label, i) for i, (p, label) in enumerate(zip(own, labels,
+                                                                                  strict=True))]
+    return own, labels
+
+
+def processes_title(labels: list[str]) -> str:
+    """A title naming the processes of a picture."""
+    shown = ", ".join(labels[:3])
+    more = f" (+{len(labels) - 3} more)" if len(labels) > 3 else ""
+    return f"{len(labels)} processes: {shown}{more}"

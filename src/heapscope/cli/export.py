@@ -19,6 +19,7 @@ from heapscope.cli.common import (
     add_sample_options,
     add_symbol_options,
     load_profiles,
+    session_aliases,
 )
 from heapscope.errors import InputError, UsageError
 from heapscope.model import Profile
@@ -123,7 +124,8 @@ def _load(args: argparse.Namespace) -> list[Profile]:
     threads = bool(args.thread_labels) or args.format == "json"
     with DelayedProgress() as bar:
         return [filtered(p, view)
-                for p in load_profiles(paths, args, bar.update, threads=threads)]
+                for p in load_profiles(paths, args, bar.update, threads=threads,
+                                       aliases=session_aliases(args.dumps))]
 
 
 def render(fmt: str, profiles: list[Profile], args: argparse.Namespace) -> bytes:

@@ -11,6 +11,9 @@ from heapscope.cli.common import (
     add_sample_options,
     add_symbol_options,
     load_profiles,
+    per_process,
+    processes_title,
+    session_aliases,
 )
 from heapscope.errors import UsageError
 from heapscope.prepare import expand_inputs
@@ -50,14 +53,21 @@ def run(args: argparse.Namespace) -> int:
     base_paths = expand_inputs([args.base], latest=True) if args.base else []
     with DelayedProgress() as bar:
         view = View(focus=args.focus, ignore=args.ignore)
-        profiles = [filtered(p, view) for p in load_profiles(paths, args, bar.update)]
-        base = ([filtered(p, view) for p in load_profiles(base_paths, args, bar.update)]
+        loaded, labels = per_process(
+            args.dumps, load_profiles(paths, args, bar.update,
+                                      aliases=session_aliases(args.dumps)),
+            roots=not args.base)
+        profiles = [filtered(p, view) for p in loaded]
+        base = ([filtered(p, view) for p in per_process(
+            [args.base], load_profiles(base_paths, args, bar.update), roots=False)[0]]
                 if args.base else None)
         bar.update("building the call tree", 0, 0)
         tree = build_tree(profiles, base=base)
         bar.update(f"writing {args.output}", 0, 0)
         size = write_flamegraph(
-            args.output, tree, title=args.title or default_title(paths, base_paths),
+            args.output, tree,
+            title=args.title or (processes_title(labels) if labels and not args.base
+                                 else default_title(paths, base_paths)),
             sources=paths, sample=args.sample, base_sources=base_paths)
     if all(p.total(2) == 0 and p.total(3) == 0 for p in profiles) and \
             args.sample.startswith("alloc"):

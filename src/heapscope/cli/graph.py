@@ -11,6 +11,8 @@ from heapscope.cli.common import (
     add_sample_options,
     add_symbol_options,
     load_profiles,
+    per_process,
+    session_aliases,
 )
 from heapscope.errors import UsageError
 from heapscope.prepare import expand_inputs
@@ -106,8 +108,11 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError("no dumps given")
     with DelayedProgress() as bar:
-        profiles = load_profiles(paths, args, bar.update)
-        base = (load_profiles(expand_inputs([args.base], latest=True), args, bar.update)
+        profiles = per_process(args.dumps, load_profiles(
+            paths, args, bar.update, aliases=session_aliases(args.dumps)),
+            roots=not args.base)[0]
+        base = (per_process([args.base], load_profiles(expand_inputs([args.base], latest=True),
+                                                       args, bar.update), roots=False)[0]
                 if args.base else None)
     graph = build_graph(profiles, options, base)
     write_graph(graph, args.output, fmt, force=args.force)

@@ -12,7 +12,12 @@ from heapscope.analysis.leaks import find_leaks
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.analysis.suppress import read_file
 from heapscope.capture.session import read_manifest
-from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.cli.common import (
+    add_symbol_options,
+    print_diagnostics,
+    session_aliases,
+    symbol_options,
+)
 from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
@@ -64,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     info, root = _session_info(args.paths)
     opts = symbol_options(args)
     with DelayedProgress() as bar:
-        series = [load_series(pid, paths, opts, bar.update)
+        aliases = session_aliases(args.paths)
+        series = [load_series(pid, paths, opts, bar.update, aliases=aliases)
                   for pid, paths in group_by_pid(dumps).items()]
     for s in series:
         print_diagnostics(tuple(s.diagnostics), args.verbose)

@@ -12,6 +12,7 @@ from heapscope.cli.common import (
     add_sample_options,
     add_symbol_options,
     load_profiles,
+    session_aliases,
 )
 from heapscope.errors import UsageError
 from heapscope.prepare import expand_inputs
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if args.interactive and (len(paths) > 1 and not args.merge):
         raise UsageError("-i works on one dump (or several with --merge)")
     with DelayedProgress() as bar:
-        profiles = load_profiles(paths, args, bar.update)
+        profiles = load_profiles(paths, args, bar.update,
+                                 aliases=session_aliases(args.dumps))
         base_paths = expand_inputs([args.base], latest=True) if args.base else []
         base_profiles = load_profiles(base_paths, args, bar.update) if args.base else None
     if args.interactive:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from heapscope.analysis.leaks import Finding, find_leaks
+from heapscope.analysis.ownership import ProcessFacts, exe_aliases, facts_from_manifest
 from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
 from heapscope.capture.session import read_manifest
 from heapscope.errors import HeapscopeError, InputError
@@ -41,7 +42,7 @@ ProgressFn = Callable[[str, int, int], None]
 RSS = "rss"
 HEAP = "heap"
 SUSPECT = "suspect"
-_QUIET = {"expected", "suppressed", "inherited"}
+_QUIET = {"expected", "suppressed", "inherited", "steady"}  # flat lines say nothing
 
 
 @dataclass
@@ -107,11 +108,13 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     manifest = read_manifest(session) if is_session(session) else {}
     dumps = expand_inputs([session])
     all_series: list[ProcessSeries] = []
+    aliases = exe_aliases(facts_from_manifest(manifest))
     for pid, paths in group_by_pid(dumps).items():
-        all_series.append(load_series(pid, paths, options, progress))
+        all_series.append(load_series(pid, paths, options, progress, aliases=aliases))
     info = {p["pid"]: p for p in manifest.get("processes", [])
             if isinstance(p, dict) and isinstance(p.get("pid"), int)}
     report = find_leaks(all_series, info=info, root=manifest.get("pid"))
+    facts = facts_from_manifest(manifest)
     times = {id(s): [_dump_mtime(p) for p in s.paths] for s in all_series}
     start = manifest.get("start_time")
     if not isinstance(start, (int, float)):
@@ -121,7 +124,7 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     lines: list[Line] = []
     rss = read_rss(os.path.join(session, "rss.csv"))
     for pid in sorted(rss):
-        lines.append(Line(f"RSS pid {pid}", RSS, pid, rss[pid], _exe(info, pid)))
+        lines.append(Line(f"RSS {_who(facts, pid)}", RSS, pid, rss[pid], _exe(info, pid)))
     if not rss:
         notes.append("no rss.csv in this folder: RSS is not shown")
     by_pid: dict[int | None, tuple[ProcessSeries, list[float | None]]] = {}
@@ -131,7 +134,7 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
         pts = [(t - start, total)
                for t, total in zip(ts, s.totals, strict=False) if t is not None]
         if pts:
-            lines.append(Line(f"heap pid {s.pid}", HEAP, s.pid, pts,
+            lines.append(Line(f"heap {_who(facts, s.pid)}", HEAP, s.pid, pts,
                               f"{len(pts)} dump{'s' if len(pts) != 1 else ''}"))
     chosen = [f for f in report.findings if f.verdict not in _QUIET][:top]
     for f in chosen:
@@ -153,6 +156,16 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     return Timeline(title, lines, chosen, notes + report.notes, diags)
 
 
+def _who(facts: dict[int, ProcessFacts], pid: int | None) -> str:
+    """A process as a user knows it: its title (servers retitle theirs) and pid."""
+    f = facts.get(pid) if pid is not None else None
+    if f is None:
+        return f"pid {pid}"
+    title = f.title if len(f.title) <= 40 else f.title[:39] + "\u2026"
+    role = f", {f.role}" if f.role else ""
+    return f"{title} [pid {pid}{role}]"
+
+
 def _exe(info: dict[int, dict[str, object]], pid: int) -> str:
     meta = info.get(pid, {})
     exe = meta.get("exe") if isinstance(meta, dict) else ""
@@ -161,7 +174,10 @@ def _exe(info: dict[int, dict[str, object]], pid: int) -> str:
 
 # ------------------------------------------------------------------------------ drawing
 
-_RSS_COLORS = ("#1f4e9c", "#4a7fd0", "#0d7d8a", "#5a5a9e", "#2f6f4f", "#6c8ebf")
+# One colour per process (its RSS and heap lines share it); after ten, the dash changes.
+_PROCESS_COLORS = ("#1f4e9c", "#2ca02c", "#0d7d8a", "#7b4fb3", "#8c6d31", "#4a7fd0",
+                   "#5aa05a", "#17a2b8", "#393b79", "#637939")
+_PROCESS_DASHES = ("", "1 3", "8 3 2 3")
 _SUSPECT_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
                    "#17becf", "#7f7f7f")
 
@@ -243,28 +259,25 @@ def render_svg(tl: Timeline, width: int = 1000, plot_height: int = 420) -> str:
                f'fill="#222">seconds since start</text>')
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
                f'stroke="#888"/>')
-    rss_k = sus_k = 0
+    sus_k = 0
     styles: list[tuple[str, str, float]] = []
+    order = {pid: k for k, pid in enumerate(dict.fromkeys(
+        line.pid for line in tl.lines if line.kind != SUSPECT))}
     for line in tl.lines:
         if line.kind == SUSPECT:
             color, dash, w = _SUSPECT_COLORS[sus_k % len(_SUSPECT_COLORS)], "", 2.0
             sus_k += 1
         else:
-            color = _RSS_COLORS[rss_k % len(_RSS_COLORS)]
+            k = order[line.pid]
+            color = _PROCESS_COLORS[k % len(_PROCESS_COLORS)]
+            dash = _PROCESS_DASHES[(k // len(_PROCESS_COLORS)) % len(_PROCESS_DASHES)]
             if line.kind == RSS:
-                dash, w = "", 2.2
-            else:
+                w = 2.2
+            else:  # the heap the dumps account for: dashed, in its process's colour
                 dash, w = "6 4", 2.0
-                rss_k += 1
         styles.append((color, dash, w))
-    # Heap lines take the colour of their process's RSS line.
-    rss_color = {line.pid: st[0] for line, st in zip(tl.lines, styles, strict=True)
-                 if line.kind == RSS}
     for k, line in enumerate(tl.lines):
         color, dash, w = styles[k]
-        if line.kind == HEAP and line.pid in rss_color:
-            color = rss_color[line.pid]
-            styles[k] = (color, dash, w)
         desc = escape(f"{line.label} {line.detail}".strip())
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in line.points)
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
