@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 from heapscope.capture.gdbscript import SCRIPT
 from heapscope.errors import HeapscopeError, ToolError
@@ -145,26 +145,43 @@ def ensure_running(pid: int, was_stopped: bool) -> bool:
     return True
 
 
-def _stop_gdb(proc: subprocess.Popen[str], grace: float) -> tuple[str, str]:
+def _stop_gdb(proc: subprocess.Popen[str], grace: float) -> None:
     """SIGINT (gdb unwinds the inferior call and detaches), then SIGKILL."""
     try:
         proc.send_signal(signal.SIGINT)
-        return proc.communicate(timeout=grace)
+        proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
-        return proc.communicate()
+        proc.wait()
 
 
 def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60.0,
          retries: int = 5, retry_delay: float = 0.05, symbols: tuple[str, ...] = SYMBOLS
          ) -> CallResult:
     """Attach to ``pid``, run ``ops`` through mallctl, detach; one-line errors for failures."""
-    gdb = gdb_path()
     check_pid(pid)
-    was_stopped = proc_state(pid) == "T"
-    params = {"pid": pid, "ops": [op.as_dict() for op in ops], "need_prof": need_prof,
+    got = call_each([pid], ops, need_prof=need_prof, timeout=timeout, retries=retries,
+                    retry_delay=retry_delay, symbols=symbols)[pid]
+    if isinstance(got, HeapscopeError):
+        raise got
+    return got
+
+
+def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
+              timeout: float = 60.0, retries: int = 5, retry_delay: float = 0.05,
+              symbols: tuple[str, ...] = SYMBOLS) -> dict[int, CallResult | HeapscopeError]:
+    """``call`` on each of ``pids`` in turn, in one gdb run (gdb's start-up, a fifth of a
+    second, is paid once, and a program's symbols are read once for all its processes).
+
+    ``timeout`` bounds each process: the run is stopped when one takes longer, and the
+    processes after it get an error saying they were not reached.
+    """
+    gdb = gdb_path()
+    was_stopped = {pid: proc_state(pid) == "T" for pid in pids}
+    params = {"pids": pids, "ops": [op.as_dict() for op in ops], "need_prof": need_prof,
               "retries": retries, "retry_delay": retry_delay, "symbols": list(symbols),
               "call_timeout": max(1, int(timeout)), "no_debug_files": True}
+    docs: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="heapscope-gdb-") as tmp:
         script = os.path.join(tmp, "attach.py")
         with open(script, "w", encoding="utf-8") as f:
@@ -176,34 +193,96 @@ def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60
         env.pop("PYTHONPATH", None)
         env.pop("PYTHONHOME", None)
         cmd = [gdb, "-nx", "-nh", "-q", "-batch", "-x", script]
-        start = time.monotonic()
+        with open(os.path.join(tmp, "stderr"), "w+", encoding="utf-8",
+                  errors="replace") as errf:
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=errf, text=True, env=env,
+                                        start_new_session=True)
+            except OSError as e:
+                raise ToolError(f"cannot run gdb: {e.strerror or e}") from None
+            try:
+                out, timed_out, walls = _collect(proc, pids, docs, timeout)
+            except BaseException:
+                _stop_gdb(proc, grace=10.0)
+                for pid in pids:
+                    ensure_running(pid, was_stopped[pid])
+                raise
+            errf.seek(0)
+            err = errf.read()
+    results: dict[int, CallResult | HeapscopeError] = {}
+    for pid in pids:
+        resumed = ensure_running(pid, was_stopped[pid])
+        doc = docs.get(pid)
+        if timed_out == pid and (doc is None or doc.get("error") == "interrupted"):
+            results[pid] = AttachError(
+                f"gdb did not finish within {timeout:g} s on pid {pid}; it was stopped"
+                + (" and the target sent SIGCONT" if resumed else "")
+                + " (raise --timeout for huge heaps)")
+        elif doc is None and timed_out is not None:
+            results[pid] = AttachError(f"pid {pid} was not reached: gdb was stopped on pid "
+                                       f"{timed_out}, which took over {timeout:g} s")
+        elif doc is None:
+            results[pid] = _no_result(pid, out, err, proc.returncode)
+        elif "error" in doc:
+            results[pid] = _error(pid, doc)
+        else:
+            results[pid] = _result(doc, walls.get(pid, 0.0))
+    return results
+
+
+def _collect(proc: subprocess.Popen[str], pids: list[int], docs: dict[int, dict[str, Any]],
+             timeout: float) -> tuple[str, int | None, dict[int, float]]:
+    """Read gdb's output, a result line per process, into ``docs``; stop gdb when one
+    process takes longer than ``timeout``. Returns (the other output, the pid gdb was
+    stopped on or None, each process's wall time)."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True, name="heapscope-gdb-out").start()
+    other: list[str] = []
+    walls: dict[int, float] = {}
+    last = time.monotonic()
+
+    def take(line: str) -> None:
+        nonlocal last
+        doc = _parse(line)
+        if doc is None or not isinstance(doc.get("pid"), int):
+            other.append(line)
+            return
+        now = time.monotonic()
+        docs[doc["pid"]] = doc
+        walls[doc["pid"]] = now - last
+        last = now
+
+    while True:
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=env,
-                                    start_new_session=True)
-        except OSError as e:
-            raise ToolError(f"cannot run gdb: {e.strerror or e}") from None
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            out, err = _stop_gdb(proc, grace=10.0)
-        except BaseException:
+            line = lines.get(timeout=max(0.0, last + timeout - time.monotonic()))
+        except queue.Empty:
             _stop_gdb(proc, grace=10.0)
-            ensure_running(pid, was_stopped)
-            raise
-        wall = time.monotonic() - start
-    resumed = ensure_running(pid, was_stopped)
-    doc = _parse(out)
-    if timed_out and (doc is None or doc.get("error") == "interrupted"):
-        raise AttachError(f"gdb did not finish within {timeout:g} s on pid {pid}; it was "
-                          "stopped" + (" and the target sent SIGCONT" if resumed else "")
-                          + " (raise --timeout for huge heaps)")
-    if doc is None:
-        return _no_result(pid, out, err, proc.returncode)
-    if "error" in doc:
-        raise _error(pid, doc)
+            stuck = next((pid for pid in pids if pid not in docs), None)
+            # The interrupted process's line, if gdb wrote one while unwinding.
+            try:
+                while (rest := lines.get(timeout=5.0)) is not None:
+                    take(rest)
+            except queue.Empty:
+                pass
+            return "".join(other), stuck, walls
+        if line is None:
+            proc.wait()
+            return "".join(other), None, walls
+        take(line)
+
+
+def _result(doc: dict[str, Any], wall: float) -> CallResult:
     values = {r["name"]: r["value"] for r in doc["results"] if not r["write"]}
     rcs = {r["name"]: r["rc"] for r in doc["results"]}
     return CallResult(values, rcs, doc.get("symbol", ""), doc.get("threads", 0),
@@ -223,16 +302,16 @@ def _parse(out: str) -> dict[str, Any] | None:
     return None
 
 
-def _no_result(pid: int, out: str, err: str, rc: int | None) -> NoReturn:
+def _no_result(pid: int, out: str, err: str, rc: int | None) -> HeapscopeError:
     if proc_state(pid) in (None, "Z", "X"):
-        raise AttachError(f"process {pid} exited during the attach")
+        return AttachError(f"process {pid} exited during the attach")
     lines = [ln.strip() for ln in (err + "\n" + out).splitlines()
              if ln.strip() and not ln.startswith(MARK)]
     last = lines[-1] if lines else f"exit status {rc}"
     if "Python scripting is not supported" in err:
-        raise ToolError("this gdb has no Python support; install a gdb built with Python "
-                        "(Debian's gdb package has it)")
-    raise ToolError(f"gdb failed on pid {pid}: {last}")
+        return ToolError("this gdb has no Python support; install a gdb built with "
+                         "Python (Debian's gdb package has it)")
+    return ToolError(f"gdb failed on pid {pid}: {last}")
 
 
 def _error(pid: int, doc: dict[str, Any]) -> HeapscopeError:

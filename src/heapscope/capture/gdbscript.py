@@ -1,8 +1,9 @@
 """The program gdb's embedded Python runs inside the debugger for ``heapscope attach``.
 
 It is text, not code of this package: gdb executes it with its own ``gdb`` module, reading
-its parameters (pid, mallctl operations, timeouts, retries) from the JSON file named by
-``$HEAPSCOPE_GDB_PARAMS``, and prints one marker line with the results. It attaches, checks
+its parameters (pids, mallctl operations, timeouts, retries) from the JSON file named by
+``$HEAPSCOPE_GDB_PARAMS``, and prints one marker line per process with its results, one
+process after the other (one gdb start-up for all of them). For each, it attaches, checks
 that no thread is inside the allocator (else detaches and retries; a thread asleep in a
 condition-variable wait the allocator started, like jemalloc's background thread between
 purges, holds no lock and does not count), calls ``mallctl`` on a safe thread with
@@ -23,7 +24,8 @@ import gdb
 
 MARK = "@@HEAPSCOPE@@"
 P = json.load(open(os.environ["HEAPSCOPE_GDB_PARAMS"]))
-PID = int(P["pid"])
+PIDS = [int(x) for x in P["pids"]]
+PID = PIDS[0]
 
 ALLOC_NAME = re.compile(
     r"^(_rjem_)?(je_|malloc|free|cfree|calloc|realloc|reallocarray|mallocx|rallocx|xallocx|"
@@ -44,14 +46,14 @@ LIBC = re.compile(r"^(libc|libpthread)[.-]")
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "i686": 240, "i386": 240, "ppc64le": 221,
                  "s390x": 238, "riscv64": 98}
 # A thread stopped here must not run our call: it may hold the loader or unwinder locks a
-# sampled allocation inside mallctl would take, or be inside a signal handler.
+# sampled allocation inside mallctl would take.
 UNSAFE_CALLER = re.compile(r"^(_dl_|__GI__dl_|dl_iterate_phdr|__dl_iterate_phdr|_Unwind_|"
                            r"__libc_fork|_Fork|fork|__run_fork_handlers|__libc_dlopen|dlopen|"
                            r"dlclose)")
 
 
 def emit(**kw):
-    sys.stdout.write(MARK + json.dumps(kw) + "\n")
+    sys.stdout.write(MARK + json.dumps(dict(kw, pid=PID)) + "\n")
     sys.stdout.flush()
 
 
@@ -86,10 +88,24 @@ if P.get("no_debug_files"):
 # Read the program's own symbols before the target is stopped, and only the libraries'
 # that matter once it is (see SOLIBS).
 quiet("set auto-solib-add off")
-quiet(f"file /proc/{PID}/exe")
+_exe = None
 
 
-def frames_of(thread, depth=10):
+def load_exe():
+    """Read the program's symbols unless the previous process ran the same file (the
+    processes of one server usually do: the file is read once per gdb run)."""
+    global _exe
+    try:
+        st = os.stat(f"/proc/{PID}/exe")
+        key = (st.st_dev, st.st_ino)
+    except OSError:
+        key = None
+    if key is None or key != _exe:
+        quiet(f"file /proc/{PID}/exe")
+        _exe = key
+
+
+def frames_of(thread, depth=16):
     # (name, shared object, is signal frame) of the newest frames of thread.
     thread.switch()
     out = []
@@ -155,8 +171,14 @@ def parked(frames, tid):
 
 
 def unsafe_caller(frames):
-    for name, _so, sig in frames:
-        if sig or UNSAFE_CALLER.match(name):
+    """True when the thread must not run our call. A signal frame is no reason by itself
+    (PostgreSQL before 16 forks its workers from a signal handler, so every one of them runs
+    above one for life): the handler's frames and the code it interrupted pass the same
+    checks as any other frames, and the interrupted code must be in sight."""
+    for i, (name, _so, sig) in enumerate(frames):
+        if UNSAFE_CALLER.match(name):
+            return True
+        if sig and not any(n or so for n, so, _s in frames[i + 1:i + 3]):
             return True
     return False
 
@@ -288,6 +310,9 @@ def detach():
 
 
 def main():
+    global _all_solibs
+    _all_solibs = False
+    load_exe()
     retries = 0
     busy_seen = []
     max_retries = int(P["retries"])
@@ -384,9 +409,12 @@ def main():
         emit(ok=True, results=results, **info)
 
 
-try:
-    main()
-except KeyboardInterrupt:
-    detach()
-    emit(error="interrupted", message="interrupted")
+# One process after the other; an interrupt (the caller's timeout) ends the run.
+for PID in PIDS:
+    try:
+        main()
+    except KeyboardInterrupt:
+        detach()
+        emit(error="interrupted", message="interrupted")
+        break
 '''

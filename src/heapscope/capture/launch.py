@@ -98,12 +98,13 @@ def run(
     watch_interval: float = 0.25,
     grace: float = 3.0,
     every: float | None = None,
-    periodic: Callable[[int], str | None] | None = None,
+    periodic: Callable[[list[int]], dict[int, str | None]] | None = None,
 ) -> RunResult:
     """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited.
 
-    With ``every`` and ``periodic``, ``periodic(pid)`` runs every ``every`` seconds while the
-    program lives (a dump taken from outside); it returns a problem to note, or None.
+    With ``every`` and ``periodic``, ``periodic(pids)`` runs every ``every`` seconds while
+    the program lives (dumps taken from outside); it returns each process's problem to note,
+    or None.
     """
     events = ProcEvents()
     events.start()  # before the program starts, so that no early fork goes unseen
@@ -177,22 +178,39 @@ def _dumpable(watcher: TreeWatcher) -> list[int]:
 
 
 def _tick(proc: subprocess.Popen[bytes], every: float,
-          periodic: Callable[[int], str | None], done: threading.Event,
+          periodic: Callable[[list[int]], dict[int, str | None]], done: threading.Event,
           problems: list[str], targets: Callable[[], list[int]]) -> None:
-    """Every ``every`` seconds, call ``periodic`` on each process ``targets`` lists (the
-    program and the processes it started), two at a time, until the program ends. A process
-    that fails three times in a row is left alone from then on (one that cannot be attached
-    will not start working); failures of a process that has just exited are not problems."""
+    """Every ``every`` seconds, call ``periodic`` on the processes ``targets`` lists (the
+    program and the processes it started), split in two halves that run side by side, until
+    the program ends.
+
+    Rounds keep their rhythm (one starts every ``every`` seconds from the first); a round
+    that takes longer delays the next, which then starts after a pause of a tenth of the
+    interval, so the dumps never take all the machine's time. A process that fails three
+    times in a row is left alone from then on (one that cannot be attached will not start
+    working); failures of a process that has just exited are not problems.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     failures: dict[int, int] = {}
     given_up: set[int] = set()
+    rounds: list[tuple[float, int]] = []  # (seconds a round took, processes in it)
+    due = time.monotonic() + every
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="heapscope-dump") as pool:
-        while not done.wait(every):
+        while not done.wait(max(0.0, due - time.monotonic())):
             if proc.poll() is not None:
-                return
+                break
+            began = time.monotonic()
             pids = [pid for pid in targets() if pid not in given_up]
-            for pid, problem in zip(pids, pool.map(periodic, pids), strict=True):
+            halves = [half for half in (pids[0::2], pids[1::2]) if half]
+            got: dict[int, str | None] = {}
+            for part in pool.map(periodic, halves):
+                got.update(part)
+            ended = time.monotonic()
+            rounds.append((ended - began, len(pids)))
+            due = max(due + every, ended + every / 10)
+            for pid in pids:
+                problem = got.get(pid)
                 if problem is None:
                     failures[pid] = 0
                     continue
@@ -205,6 +223,22 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
                     given_up.add(pid)
                     problems.append(f"periodic dumps of pid {pid} stopped after three "
                                     "failures in a row")
+    slow = _slow_rounds(rounds, every)
+    if slow:
+        problems.append(slow)
+
+
+def _slow_rounds(rounds: list[tuple[float, int]], every: float) -> str | None:
+    """A note when rounds of dumps took longer than the interval asked for (the series
+    then has fewer dumps than the user expects)."""
+    if len(rounds) < 2:
+        return None
+    took = sorted(t for t, _n in rounds)[len(rounds) // 2]
+    if took <= every:
+        return None
+    most = max(n for _t, n in rounds)
+    return (f"--every {every:g}: a round of dumps of up to {most} processes took "
+            f"{took:.1f} s (median), so dumps came about every {took + every / 10:.1f} s")
 
 
 def _alive(pid: int) -> bool:

@@ -131,7 +131,7 @@ def run_session(cmd: list[str], opts: RunOptions,
             summaries.append(line.decode(errors="replace"))
 
     result = launch(cmd, env, stderr_log=os.path.join(path, "stderr.log"),
-                    on_stderr_line=on_line, every=opts.every, periodic=_dump_from_outside)
+                    on_stderr_line=on_line, every=opts.every, periodic=_dumps_from_outside)
     if summaries:
         with open(os.path.join(path, "leak-summaries.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(summaries) + "\n")
@@ -139,22 +139,29 @@ def run_session(cmd: list[str], opts: RunOptions,
     return _collect(path, cmd, opts, lib, result, manifest, summaries, progress)
 
 
-def _dump_from_outside(pid: int) -> str | None:
-    """One dump of the launched program through the debugger (``run --every``).
+def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
+    """One dump of each of ``pids`` through the debugger, in one gdb run (``run --every``):
+    a problem to note per process, or None.
 
     ``prof.dump`` without a name lets jemalloc name it after ``prof_prefix`` (the session's
     dumps folder) with its own sequence number, so the final dump still sorts last.
     """
-    from heapscope.capture.attach import AttachOptions, Controller
-    from heapscope.capture.gdbctl import Op
+    from heapscope.capture.gdbctl import Op, call_each
 
+    out: dict[int, str | None] = {}
     try:
-        r = Controller(pid, AttachOptions(timeout=30.0)).run(
-            [Op("prof.dump", "none", None, True)])
+        # Two retries while a thread is inside the allocator, as for attach.
+        got = call_each(pids, [Op("prof.dump", "none", None, True)], timeout=30.0,
+                        retries=2)
     except HeapscopeError as e:
-        return str(e)
-    rc = r.rcs.get("prof.dump", 0)
-    return None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})"
+        return {pid: str(e) for pid in pids}
+    for pid, r in got.items():
+        if isinstance(r, HeapscopeError):
+            out[pid] = str(r)
+        else:
+            rc = r.rcs.get("prof.dump", 0)
+            out[pid] = None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})"
+    return out
 
 
 def _write_rss(path: str, result: RunResult) -> None:
@@ -235,9 +242,21 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     return out
 
 
+def _wrapper_only(result: RunResult, by_pid: dict[int, list[str]]) -> bool:
+    """True when only a wrapper (runuser, sudo, env …) died by the signal it passed on, and
+    the program under it exited normally (it wrote its final dump)."""
+    from heapscope.analysis.processes import WRAPPERS
+
+    root = result.watcher.procs.get(result.pid)
+    if root is None or os.path.basename(root.exe) not in WRAPPERS:
+        return False
+    return any(".f." in os.path.basename(d) for pid, dumps in by_pid.items()
+               if pid != result.pid for d in dumps)
+
+
 def _notes(result: RunResult, lib: JemallocLib, by_pid: dict[int, list[str]]) -> list[str]:
     notes: list[str] = []
-    if result.signal is not None:
+    if result.signal is not None and not _wrapper_only(result, by_pid):
         import signal as _signal
 
         try:

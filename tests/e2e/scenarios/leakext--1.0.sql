@@ -6,3 +6,6 @@
 CREATE FUNCTION leak_top(n integer) RETURNS void
 AS 'MODULE_PATHNAME', 'leak_top'
 LANGUAGE C STRICT VOLATILE;
+CREATE FUNCTION leak_blocks(n integer, size integer) RETURNS void
+AS 'MODULE_PATHNAME', 'leak_blocks'
+LANGUAGE C STRICT VOLATILE;

@@ -13,6 +13,11 @@
  * Expected first suspect: function leak_top (leakext.c), pid = that backend's
  * pg_backend_pid(). (The allocating frames below it are AllocSetAlloc* in postgres.)
  *
+ * leak_blocks(n, size) pallocs n chunks of size bytes into TopMemoryContext the same way.
+ * Chunks over AllocSet's chunk limit (8 kB) get a block of their own, one malloc each, so
+ * the leak grows in step with the calls (leak_top's 100-byte chunks share blocks that
+ * double in size up to 8 MB: a staircase of a few big steps).
+ *
  * Build: gcc -O1 -g -fPIC -shared -I$(pg_config --includedir-server) leakext.c
  *        -o leakext.so   (see tests/e2e/scenarios.py: build_leakext)
  */
@@ -36,6 +41,23 @@ leak_top(PG_FUNCTION_ARGS)
     for (int32 i = 0; i < n; i++) {
         int *s = palloc(LEAK_BYTES);
         *s = i;
+    }
+    MemoryContextSwitchTo(old);
+    PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(leak_blocks);
+
+Datum
+leak_blocks(PG_FUNCTION_ARGS)
+{
+    int32 n = PG_GETARG_INT32(0);
+    int32 size = PG_GETARG_INT32(1);
+    MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+    for (int32 i = 0; i < n; i++) {
+        char *s = palloc(size);
+        s[0] = (char) i;
     }
     MemoryContextSwitchTo(old);
     PG_RETURN_VOID();

@@ -1,0 +1,212 @@
+"""PostgreSQL 15 under load with ``heapscope run --every 1``: every process gets a series,
+the one backend that leaks gets the leak verdict, and the session's pictures count each
+process's own memory once.
+
+The server runs as ``postgres`` (runuser) behind heapscope running as root, the supported
+way for a server that drops privileges. Two pgbench runs share it for twenty seconds: a
+load of three clients running queries, and one client (application_name ``leaker``) calling
+leakext's ``leak_blocks(16, 16384)`` four times a second (256 KiB a call, ~1 MiB/s, into
+TopMemoryContext). Then the clients disconnect and the server shuts down.
+
+Truth: the leaker's backend leaks in leak_blocks, 16 chunks per transaction pgbench reports;
+the load's backends, the postmaster and the auxiliary processes do not. The pictures' total is checked against the raw dumps read here
+(jeprof's estimate per stack; a forked process less what its parent holds at the same
+stack), not against heapscope's own numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scenarios as sc
+from scenarios import *  # noqa: F403  (registers scenarios.FIXTURES in this module)
+from scenarios import PgCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SAMPLE = 64 * 1024
+SECONDS = 20
+LEAK_CHUNK = 16384
+# Each chunk is one malloc of 16 KiB plus AllocSet's block and chunk headers, which jemalloc
+# serves from its 20 KiB size class; its profile counts size classes.
+LEAK_PER_CALL = 16 * 20480
+
+
+def _pgbench(cluster: PgCluster, script: Path, clients: int, rate: int | None,
+             app: str) -> subprocess.Popen[str]:
+    argv = [str(cluster.install.tool("pgbench")), "-n", "-h", str(cluster.sock), "-U",
+            "postgres", "-c", str(clients), "-T", str(SECONDS), "-f", str(script)]
+    if rate:
+        argv += ["-R", str(rate)]
+    env = dict(sc.clean_env(), PGAPPNAME=app)
+    return subprocess.Popen([*argv, "postgres"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _pids(cluster: PgCluster, app: str) -> list[int]:
+    out = cluster.psql(f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'")
+    return [int(x) for x in out if x.strip().isdigit()]
+
+
+@pytest.fixture(scope="module")
+def loaded(pg_cluster: PgCluster, leakext_so: Path, heapscope_cache: Path,
+           libjemalloc: Path) -> dict[str, Any]:
+    base = pg_cluster.base
+    session = base / "series-session"
+    load_sql = pg_cluster.owned_dir(base / "pgbench") / "load.sql"
+    load_sql.write_text("SELECT count(*) FROM generate_series(1, 20000);\n")
+    leak_sql = load_sql.parent / "leak.sql"
+    leak_sql.write_text(f"SELECT leak_blocks(16, {LEAK_CHUNK});\n")
+    log = base / "series-run.log"
+    argv = sc.run_argv(session, pg_cluster.server_cmd(), sample=SAMPLE,
+                       options=("--every", "1"))
+    proc = pg_cluster.start(argv, sc.heapscope_env(heapscope_cache), log)
+    try:
+        pg_cluster.wait_ready(proc, log)
+        sql = sc.build.leakext_sql(leakext_so).replace("CREATE FUNCTION",
+                                                       "CREATE OR REPLACE FUNCTION")
+        pg_cluster.psql(sql)
+        load = _pgbench(pg_cluster, load_sql, 3, None, "load")
+        leak = _pgbench(pg_cluster, leak_sql, 1, 4, "leaker")
+        time.sleep(2)
+        pids = {"leaker": _pids(pg_cluster, "leaker"), "load": _pids(pg_cluster, "load"),
+                "postmaster": pg_cluster.postmaster_pid()}
+        outputs = []
+        for p in (load, leak):
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0, out
+            outputs.append(out)
+        m = re.search(r"number of transactions actually processed: (\d+)", outputs[1])
+        assert m is not None, outputs[1]
+        calls = int(m.group(1))
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+        raise
+    finally:
+        pg_cluster.stop("immediate")
+    assert len(pids["leaker"]) == 1 and len(pids["load"]) == 3, pids
+    report = json.loads((session / "report.json").read_text())
+    return {"session": session, "pids": pids, "report": report, "calls": calls,
+            "output": log.read_text(errors="replace"), "cache": heapscope_cache}
+
+
+def test_every_backend_gets_a_series_and_only_the_leaker_leaks(loaded: dict[str, Any]) -> None:
+    report, pids = loaded["report"], loaded["pids"]
+    procs = {p["pid"]: p for p in report["processes"]}
+    (leaker,) = pids["leaker"]
+    for pid in [leaker, *pids["load"], pids["postmaster"]]:
+        assert procs[pid]["judged_dumps"] >= 4, (pid, procs[pid], loaded["output"][-2000:])
+    assert procs[leaker]["verdict"] == "leaks", procs[leaker]
+    leaks = [s for s in report["suspects"] if s["verdict"] == "leak"]
+    assert leaks and {s["pid"] for s in leaks} == {leaker}, leaks[:3]
+    assert leaks[0]["function"] == "leak_blocks", leaks[0]
+    truth = loaded["calls"] * LEAK_PER_CALL
+    # ~140 sampled chunks (16 KiB at a 64 KiB period): 0.3 is over three standard errors
+    assert leaks[0]["at_exit_bytes"] == pytest.approx(truth, rel=0.3), (truth, leaks[0])
+    # the rate over the run (pgbench's -R is a Poisson schedule: the rate wanders)
+    assert leaks[0]["growth_bytes_per_s"] == pytest.approx(truth / SECONDS, rel=0.5), leaks[0]
+    for pid in [*pids["load"], pids["postmaster"]]:
+        assert procs[pid]["verdict"] != "leaks", procs[pid]
+
+
+# ------------------------------------------------------------------------------------------
+# The pictures' total, from the raw dumps
+
+
+_RECORD = re.compile(r"^@([^\n]*)\n\s*t\*: (\d+): (\d+) \[", re.M)
+
+
+def _stacks(path: Path) -> tuple[int, dict[str, float]]:
+    """(period, jeprof's estimate of live bytes per raw stack) of one heap_v2 dump."""
+    text = path.read_text()
+    period = int(text.split("\n", 1)[0].split("/")[1])
+    out: dict[str, float] = {}
+    for stack, count, nbytes in _RECORD.findall(text):
+        c, b = float(count), float(nbytes)
+        if c <= 0 or b <= 0 or not stack.strip():
+            continue
+        scale = 1.0 / (1.0 - math.exp(-(b / c) / period))
+        out[stack.strip()] = out.get(stack.strip(), 0.0) + b * scale
+    return period, out
+
+
+def _latest(session: Path) -> dict[int, Path]:
+    latest: dict[int, tuple[tuple[int, int], Path]] = {}
+    for d in (session / "dumps").glob("jeprof.*.heap"):
+        _, pid, seq, kind, _ = d.name.split(".")
+        key = (1 << 30 if kind == "f" else int(kind[1:]), int(seq))
+        if int(pid) not in latest or key > latest[int(pid)][0]:
+            latest[int(pid)] = (key, d)
+    return {pid: d for pid, (_, d) in latest.items()}
+
+
+def _program(path: Path) -> str:
+    """The program a dump's process ran: the first executable file mapping it lists."""
+    maps = path.read_text().split("MAPPED_LIBRARIES:", 1)[1]
+    for line in maps.splitlines():
+        f = line.split()
+        if len(f) >= 6 and "x" in f[1] and f[5].startswith("/"):
+            return f[5]
+    return ""
+
+
+def _own_total(session: Path) -> float:
+    """Each process's live bytes less what its parent (running the same program) holds at
+    the same stack, summed over the processes."""
+    manifest = json.loads((session / "manifest.json").read_text())
+    ppids = {p["pid"]: p["ppid"] for p in manifest["processes"]}
+    latest = _latest(session)
+    stacks = {pid: _stacks(d)[1] for pid, d in latest.items()}
+    total = 0.0
+    for pid, mine in stacks.items():
+        ppid = ppids.get(pid)
+        parent = stacks[ppid] if ppid in latest and \
+            _program(latest[ppid]) == _program(latest[pid]) else {}
+        for stack, b in mine.items():
+            total += max(0.0, b - parent.get(stack, 0.0))
+    return total
+
+
+def _hs(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*sc.HEAPSCOPE, *args], env=sc.heapscope_env(cache),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_pictures_count_each_process_once(loaded: dict[str, Any], tmp_path: Path) -> None:
+    session, cache = loaded["session"], loaded["cache"]
+    truth = _own_total(session)
+    everything = sum(sum(_stacks(d)[1].values()) for d in _latest(session).values())
+    # what forked processes inherited is a share well beyond the tolerance below
+    assert everything > 1.06 * truth
+    flame = tmp_path / "flame.html"
+    p = _hs("flamegraph", str(session), "-o", str(flame), cache=cache)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(re.search(r'<script type="application/json" id="heapscope-data">(.*?)</script>',
+                                flame.read_text(), re.S).group(1))  # type: ignore[union-attr]
+    tree = data["tree"]
+    assert sum(tree["s"][1]) == pytest.approx(truth, rel=0.02)
+    # one root per process, named by title and pid
+    roots = {data["strings"][tree["n"][k]] for k in range(1, len(tree["p"]))
+             if k - tree["p"][k] == 0}
+    assert any(f"[pid {loaded['pids']['leaker'][0]}" in r for r in roots), sorted(roots)[:5]
+    assert "processes:" in data["title"], data["title"]
+    dot = tmp_path / "graph.dot"
+    p = _hs("graph", str(session), "-o", str(dot), "--nodefraction", "0", cache=cache)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"Total: ([0-9.]+) (B|KiB|MiB|GiB)", dot.read_text())
+    assert m is not None
+    unit = {"B": 1, "KiB": 1024, "MiB": 2**20, "GiB": 2**30}[m.group(2)]
+    assert float(m.group(1)) * unit == pytest.approx(truth, rel=0.02)
+    assert os.path.getsize(dot) > 0
