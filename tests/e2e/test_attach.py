@@ -248,6 +248,32 @@ def test_target_without_jemalloc(server_bin: Path, gdb: str, tmp_path: Path) -> 
         assert t.stop() == 0
 
 
+def test_one_gdb_run_reaches_each_process(server_bin: Path, libjemalloc: Path, gdb: str,
+                                          tmp_path: Path) -> None:
+    """What run --every does each round: one gdb run, a dump of each process; a process
+    that cannot be dumped gets its own error and does not stop the others."""
+    from heapscope.capture.gdbctl import AttachError, CallResult, Op, call_each
+
+    conf = f"{CONF},prof_prefix:{tmp_path}/jeprof"
+    targets = [Target([str(server_bin)], _env(libjemalloc, conf)),
+               Target([str(server_bin)], _env(None, None)),
+               Target([str(server_bin)], _env(libjemalloc, conf))]
+    try:
+        pids = [t.pid for t in targets]
+        got = call_each(pids, [Op("prof.dump", "none", None, True)], retries=2)
+        assert set(got) == set(pids)
+        ok = [got[pids[0]], got[pids[2]]]
+        assert all(isinstance(r, CallResult) and r.rcs["prof.dump"] == 0 for r in ok), got
+        assert isinstance(got[pids[1]], AttachError) and "no jemalloc" in str(got[pids[1]])
+        for pid in (pids[0], pids[2]):  # jemalloc names them after opt.prof_prefix
+            assert len(list(tmp_path.glob(f"jeprof.{pid}.*.m*.heap"))) == 1
+        for t in targets:
+            t.ask()
+    finally:
+        for t in targets:
+            assert t.stop() == 0
+
+
 def test_pid_that_does_not_exist(tmp_path: Path, gdb: str) -> None:
     p = subprocess.Popen(["true"])
     p.wait()

@@ -9,9 +9,10 @@ leakext's ``leak_blocks(16, 16384)`` four times a second (256 KiB a call, ~1 MiB
 TopMemoryContext). Then the clients disconnect and the server shuts down.
 
 Truth: the leaker's backend leaks in leak_blocks, 16 chunks per transaction pgbench reports;
-the load's backends, the postmaster and the auxiliary processes do not. The pictures' total is checked against the raw dumps read here
-(jeprof's estimate per stack; a forked process less what its parent holds at the same
-stack), not against heapscope's own numbers.
+the load's backends, the postmaster and the auxiliary processes do not. The pictures' total
+is checked against the raw dumps read here (jeprof's estimate per stack; a forked process
+less what its parent holds at the same stack), not against heapscope's own numbers. The
+timeline and the flame graph of the session go to ``artifacts/`` as pictures.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ import pytest
 import scenarios as sc
 from scenarios import *  # noqa: F403  (registers scenarios.FIXTURES in this module)
 from scenarios import PgCluster
+from test_flamegraph_browser import driver, frames, open_page  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 SAMPLE = 64 * 1024
 SECONDS = 20
@@ -193,8 +197,10 @@ def test_pictures_count_each_process_once(loaded: dict[str, Any], tmp_path: Path
     flame = tmp_path / "flame.html"
     p = _hs("flamegraph", str(session), "-o", str(flame), cache=cache)
     assert p.returncode == 0, p.stderr
-    data = json.loads(re.search(r'<script type="application/json" id="heapscope-data">(.*?)</script>',
-                                flame.read_text(), re.S).group(1))  # type: ignore[union-attr]
+    m = re.search(r'<script type="application/json" id="heapscope-data">(.*?)</script>',
+                  flame.read_text(), re.S)
+    assert m is not None
+    data = json.loads(m.group(1))
     tree = data["tree"]
     assert sum(tree["s"][1]) == pytest.approx(truth, rel=0.02)
     # one root per process, named by title and pid
@@ -210,3 +216,57 @@ def test_pictures_count_each_process_once(loaded: dict[str, Any], tmp_path: Path
     unit = {"B": 1, "KiB": 1024, "MiB": 2**20, "GiB": 2**30}[m.group(2)]
     assert float(m.group(1)) * unit == pytest.approx(truth, rel=0.02)
     assert os.path.getsize(dot) > 0
+
+
+# ------------------------------------------------------------------------------------------
+# Pictures of the session, kept as artifacts
+
+
+_LEGEND = re.compile(r'<line x1="[^"]*" y1="[^"]*" x2="[^"]*" y2="[^"]*" stroke="([^"]*)" '
+                     r'stroke-width="[^"]*"(?: stroke-dasharray="([^"]*)")?/>\n'
+                     r'<text [^>]*>(RSS|heap) ([^<]*?) \[pid (\d+), (\w+)\]')
+
+
+def test_timeline_has_a_style_and_a_name_per_process(loaded: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    session, cache = loaded["session"], loaded["cache"]
+    html = tmp_path / "timeline.html"
+    p = _hs("timeline", str(session), "-o", str(html), cache=cache)
+    assert p.returncode == 0, p.stderr
+    legend = _LEGEND.findall(html.read_text())
+    styles: dict[str, dict[int, tuple[str, str]]] = {"RSS": {}, "heap": {}}
+    names: dict[int, str] = {}
+    for color, dash, kind, title, pid, _role in legend:
+        styles[kind][int(pid)] = (color, dash)
+        names[int(pid)] = title
+    (leaker,) = loaded["pids"]["leaker"]
+    for pid in [leaker, *loaded["pids"]["load"], loaded["pids"]["postmaster"]]:
+        assert pid in styles["RSS"] and pid in styles["heap"], (pid, legend)
+    # one look per process: no two processes' RSS lines (or heap lines) alike
+    for kind in ("RSS", "heap"):
+        assert len(set(styles[kind].values())) == len(styles[kind]), styles[kind]
+    # named as ps shows them: the backends by their title, the postmaster by its command
+    assert names[leaker].startswith("postgres: postgres postgres [local]"), names
+    assert "checkpointer" in " ".join(names.values()), names
+    assert names[loaded["pids"]["postmaster"]].startswith("postgres -D"), names
+    ARTIFACTS.mkdir(exist_ok=True)
+    png = ARTIFACTS / "postgres-timeline.png"
+    p = _hs("timeline", str(session), "-o", str(png), cache=cache)
+    assert p.returncode == 0 and png.stat().st_size > 10_000, p.stderr
+
+
+def test_flamegraph_has_a_root_per_process(loaded: dict[str, Any], driver: Any,  # noqa: F811
+                                           tmp_path: Path) -> None:
+    session, cache = loaded["session"], loaded["cache"]
+    html = tmp_path / "flame.html"
+    p = _hs("flamegraph", str(session), "-o", str(html), cache=cache)
+    assert p.returncode == 0, p.stderr
+    open_page(driver, html)
+    title = driver.find_element("id", "title").text
+    assert title.startswith(f"{len(_latest(session))} processes: "), title
+    roots = {f["name"] for f in frames(driver) if f["depth"] == 1}
+    (leaker,) = loaded["pids"]["leaker"]
+    for pid in [leaker, *loaded["pids"]["load"], loaded["pids"]["postmaster"]]:
+        assert sum(f"[pid {pid}, " in r for r in roots) == 1, (pid, sorted(roots))
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / "postgres-flamegraph.png"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Iterable
 from collections.abc import Mapping as MappingT
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -89,8 +90,24 @@ def subtract_parent(child: Profile, parent: Profile) -> Profile:
     return child.with_(samples=tuple(samples))
 
 
-def _main_image(profile: Profile) -> str:
+def main_image(profile: Profile) -> str:
+    """The program file a profile's process ran: its first executable file mapping."""
     return next((m.path for m in profile.mappings if m.executable and not m.anonymous), "")
+
+
+def fill_images(facts: MappingT[int, ProcessFacts], profiles: Iterable[Profile]
+                ) -> dict[int, ProcessFacts]:
+    """``facts`` with each process the session saw too briefly to read its program (or
+    did not list at all) given the program its dump names."""
+    out = dict(facts)
+    for p in profiles:
+        if p.pid is None:
+            continue
+        f = out.get(p.pid)
+        if f is None or not f.exe:
+            exe = main_image(p)
+            out[p.pid] = replace(f, exe=exe) if f is not None else ProcessFacts(p.pid, exe=exe)
+    return out
 
 
 def own_memory(profiles: list[Profile], facts: MappingT[int, ProcessFacts]) -> list[Profile]:
@@ -101,7 +118,7 @@ def own_memory(profiles: list[Profile], facts: MappingT[int, ProcessFacts]) -> l
     for p in profiles:
         f = facts.get(p.pid) if p.pid is not None else None
         parent = by_pid.get(f.ppid) if f is not None and f.ppid is not None else None
-        if parent is not None and parent is not p and _main_image(parent) == _main_image(p):
+        if parent is not None and parent is not p and main_image(parent) == main_image(p):
             p = subtract_parent(p, parent)
         out.append(p)
     return out

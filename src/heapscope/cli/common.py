@@ -114,23 +114,22 @@ def per_process(inputs: list[str], profiles: list[Profile], *, roots: bool = Tru
                 ) -> tuple[list[Profile], list[str]]:
     """For dumps of several processes: each process's own memory (what a forked child
     inherited is its parent's), with one root frame per process when ``roots``; and the
-    processes' labels, for a title. One process: the profiles as they are."""
-    from heapscope.analysis.ownership import ProcessFacts, own_memory, with_process_root
+    processes' labels, for a title (the ones holding the most first). One process: the
+    profiles as they are."""
+    from heapscope.analysis.ownership import fill_images, own_memory, with_process_root
 
     pids = [p.pid for p in profiles if p.pid is not None]
     if len(set(pids)) < 2:
         return profiles, []
-    facts = session_facts(inputs)
-    for p in profiles:
-        if p.pid is not None and p.pid not in facts:
-            exe = next((m.path for m in p.mappings if m.executable and not m.anonymous), "")
-            facts[p.pid] = ProcessFacts(p.pid, exe=exe)
+    facts = fill_images(session_facts(inputs), profiles)
     own = own_memory(profiles, facts)
     labels = [facts[p.pid].label if p.pid is not None else p.source for p in own]
     if roots:
         own = [with_process_root(p, label, i) for i, (p, label) in enumerate(zip(own, labels,
                                                                                   strict=True))]
-    return own, labels
+    # Titles name the processes that hold the most first.
+    held = {label: p.total(1) for p, label in zip(own, labels, strict=True)}
+    return own, sorted(labels, key=lambda label: -held[label])
 
 
 def processes_title(labels: list[str]) -> str:

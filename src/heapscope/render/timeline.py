@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from html import escape
 
 from heapscope.analysis.leaks import Finding, find_leaks
-from heapscope.analysis.ownership import ProcessFacts, exe_aliases, facts_from_manifest
+from heapscope.analysis.ownership import (
+    ProcessFacts,
+    exe_aliases,
+    facts_from_manifest,
+    fill_images,
+)
 from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
 from heapscope.capture.session import read_manifest
 from heapscope.errors import HeapscopeError, InputError
@@ -114,7 +119,8 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     info = {p["pid"]: p for p in manifest.get("processes", [])
             if isinstance(p, dict) and isinstance(p.get("pid"), int)}
     report = find_leaks(all_series, info=info, root=manifest.get("pid"))
-    facts = facts_from_manifest(manifest)
+    facts = fill_images(facts_from_manifest(manifest),
+                        (s.profile for s in all_series if s.profile is not None))
     times = {id(s): [_dump_mtime(p) for p in s.paths] for s in all_series}
     start = manifest.get("start_time")
     if not isinstance(start, (int, float)):
@@ -128,15 +134,25 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     if not rss:
         notes.append("no rss.csv in this folder: RSS is not shown")
     by_pid: dict[int | None, tuple[ProcessSeries, list[float | None]]] = {}
+    # Beside processes with a series, one dump is a dot, not a line: those are counted.
+    many = any(len(s.paths) > 1 for s in all_series)
+    single = 0
     for s in sorted(all_series, key=lambda s: s.pid or 0):
         ts = times[id(s)]
         by_pid[s.pid] = (s, ts)
         pts = [(t - start, total)
                for t, total in zip(ts, s.totals, strict=False) if t is not None]
-        if pts:
+        if len(pts) == 1 and many:
+            single += 1
+        elif pts:
             lines.append(Line(f"heap {_who(facts, s.pid)}", HEAP, s.pid, pts,
                               f"{len(pts)} dump{'s' if len(pts) != 1 else ''}"))
-    chosen = [f for f in report.findings if f.verdict not in _QUIET][:top]
+    if single:
+        notes.append(f"{single} process{'es' if single > 1 else ''} with one dump "
+                     f"{'are' if single > 1 else 'is'} not drawn (heapscope leaks lists "
+                     f"{'them' if single > 1 else 'it'})")
+    chosen = [f for f in report.findings if f.verdict not in _QUIET
+              and not (many and f.pid in by_pid and len(by_pid[f.pid][0].paths) == 1)][:top]
     for f in chosen:
         entry = by_pid.get(f.pid)
         if entry is None:
@@ -178,6 +194,7 @@ def _exe(info: dict[int, dict[str, object]], pid: int) -> str:
 _PROCESS_COLORS = ("#1f4e9c", "#2ca02c", "#0d7d8a", "#7b4fb3", "#8c6d31", "#4a7fd0",
                    "#5aa05a", "#17a2b8", "#393b79", "#637939")
 _PROCESS_DASHES = ("", "1 3", "8 3 2 3")
+_HEAP_DASHES = ("6 4", "2 2", "10 3 2 3 2 3")
 _SUSPECT_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
                    "#17becf", "#7f7f7f")
 
@@ -270,11 +287,11 @@ def render_svg(tl: Timeline, width: int = 1000, plot_height: int = 420) -> str:
         else:
             k = order[line.pid]
             color = _PROCESS_COLORS[k % len(_PROCESS_COLORS)]
-            dash = _PROCESS_DASHES[(k // len(_PROCESS_COLORS)) % len(_PROCESS_DASHES)]
+            cycle = (k // len(_PROCESS_COLORS)) % len(_PROCESS_DASHES)
             if line.kind == RSS:
-                w = 2.2
+                dash, w = _PROCESS_DASHES[cycle], 2.2
             else:  # the heap the dumps account for: dashed, in its process's colour
-                dash, w = "6 4", 2.0
+                dash, w = _HEAP_DASHES[cycle], 2.0
         styles.append((color, dash, w))
     for k, line in enumerate(tl.lines):
         color, dash, w = styles[k]
