@@ -25,6 +25,7 @@ from conftest.py's fixtures).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -456,6 +457,25 @@ class PgCluster:
             return subprocess.Popen(argv, cwd=self.base, env=env, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
+    @contextlib.contextmanager
+    def serving(self, argv: list[str], env: dict[str, str], log: Path
+                ) -> Iterator[subprocess.Popen[Any]]:
+        """The server started behind ``argv`` and accepting connections; leaving the block
+        sends SIGTERM to ``argv`` (heapscope forwards it: a smart shutdown) and waits; the
+        cluster is stopped in any case."""
+        proc = self.start(argv, env, log)
+        try:
+            self.wait_ready(proc, log)
+            yield proc
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        except BaseException:
+            if proc.poll() is None:
+                proc.kill()
+            raise
+        finally:
+            self.stop("immediate")
+
     def wait_ready(self, proc: subprocess.Popen[Any], log: Path, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -705,19 +725,9 @@ def postgres_run(
     session = pg_cluster.base / "session"
     log = pg_cluster.base / "postgres-run.log"
     argv = run_argv(session, pg_cluster.server_cmd())
-    proc = pg_cluster.start(argv, heapscope_env(heapscope_cache), log)
-    try:
-        pg_cluster.wait_ready(proc, log)
+    with pg_cluster.serving(argv, heapscope_env(heapscope_cache), log) as proc:
         postmaster = pg_cluster.postmaster_pid()
         backend = pg_cluster.leak_session(leakext_so)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=90)
-    except BaseException:
-        if proc.poll() is None:
-            proc.kill()
-        raise
-    finally:
-        pg_cluster.stop("immediate")
     output = log.read_text(errors="replace")
     run = load_report("postgres", argv, session, proc.returncode, output, output)
     run.pids = {"backend": backend}

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -73,9 +72,7 @@ def loaded(pg_cluster: PgCluster, leakext_so: Path, heapscope_cache: Path,
     log = base / "series-run.log"
     argv = sc.run_argv(session, pg_cluster.server_cmd(), sample=SAMPLE,
                        options=("--every", "1"))
-    proc = pg_cluster.start(argv, sc.heapscope_env(heapscope_cache), log)
-    try:
-        pg_cluster.wait_ready(proc, log)
+    with pg_cluster.serving(argv, sc.heapscope_env(heapscope_cache), log):
         sql = sc.build.leakext_sql(leakext_so).replace("CREATE FUNCTION",
                                                        "CREATE OR REPLACE FUNCTION")
         pg_cluster.psql(sql)
@@ -89,17 +86,9 @@ def loaded(pg_cluster: PgCluster, leakext_so: Path, heapscope_cache: Path,
             out, _ = p.communicate(timeout=120)
             assert p.returncode == 0, out
             outputs.append(out)
-        m = re.search(r"number of transactions actually processed: (\d+)", outputs[1])
-        assert m is not None, outputs[1]
-        calls = int(m.group(1))
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    except BaseException:
-        if proc.poll() is None:
-            proc.kill()
-        raise
-    finally:
-        pg_cluster.stop("immediate")
+    m = re.search(r"number of transactions actually processed: (\d+)", outputs[1])
+    assert m is not None, outputs[1]
+    calls = int(m.group(1))
     assert len(pids["leaker"]) == 1 and len(pids["load"]) == 3, pids
     report = json.loads((session / "report.json").read_text())
     return {"session": session, "pids": pids, "report": report, "calls": calls,
