@@ -119,18 +119,37 @@ class ThreadValues(NamedTuple):
     values: tuple[float, ...]
 
 
+class ViaFrame(NamedTuple):
+    """A frame folded into an allocation's site: library, dependency or wrapper code the
+    program's own code called to allocate (see :mod:`heapscope.analysis.fold`)."""
+
+    function: str  # or module+0xoffset when no symbol covers it
+    file: str
+    line: int
+    module: str
+    kind: str  # "library", "dependency", "wrapper" (an allocation wrapper) or "own"
+
+    @property
+    def text(self) -> str:
+        """``function file:line``, or the function alone when the line is unknown."""
+        return f"{self.function} {self.file}:{self.line}" if self.file else self.function
+
+
 class Sample(NamedTuple):
     """One allocation stack and its values.
 
     ``stack`` holds raw addresses, leaf first, as written in the dump (keys into
     ``Profile.locations``). ``values`` are aligned with ``Profile.sample_types``; ``threads``
-    splits them per thread where the dump says so. A NamedTuple rather than a dataclass:
-    dumps hold hundreds of thousands of samples and tuples are several times cheaper to build.
+    splits them per thread where the dump says so. ``via`` lists the frames folded into the
+    stack's first frame (its site), innermost first, when stacks were folded. A NamedTuple
+    rather than a dataclass: dumps hold hundreds of thousands of samples and tuples are
+    several times cheaper to build.
     """
 
     stack: tuple[int, ...]
     values: tuple[float, ...]
     threads: tuple[ThreadValues, ...] = ()
+    via: tuple[ViaFrame, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The shared front half of every report: find dumps, load, unsample, symbolize, prune.
+"""The shared front half of every report: find dumps, load, unsample, symbolize, prune, fold.
 
 Every command (and later the web viewer) calls :func:`prepare` so that all views are derived
 from the same symbolized, unsampled, allocator-pruned profile.
@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from heapscope.analysis.fold import FramePolicy, Wrappers, fold
 from heapscope.analysis.prune import prune
 from heapscope.analysis.unsample import unsample
 from heapscope.errors import InputError
@@ -28,6 +29,7 @@ class Prepared:
 
     profile: Profile
     diagnostics: tuple[Diagnostic, ...] = field(default=())
+    wrappers: Wrappers = field(default_factory=Wrappers)
 
 
 def _dumps_in(folder: str) -> list[str]:
@@ -90,8 +92,10 @@ def prepare(
     *,
     threads: bool = False,
     progress: ProgressFn | None = None,
+    frames: FramePolicy | None = None,
 ) -> Prepared:
-    """Load one dump and return it unsampled, symbolized and with allocator frames pruned."""
+    """Load one dump and return it unsampled, symbolized, with allocator frames pruned and
+    (unless ``frames`` says raw) each stack folded to its site."""
     name = os.path.basename(path)
     if progress is not None:
         progress(f"reading {name}", 0, 0)
@@ -99,8 +103,10 @@ def prepare(
     estimated = unsample(raw)
     if raw.locations:
         # A heapscope profile carries its own symbols: no binaries needed, none consulted.
-        return Prepared(prune(estimated))
+        folded = fold(prune(estimated), frames)
+        return Prepared(folded.profile, (), folded.wrappers)
     result = symbolize(estimated, options, progress)
     if progress is not None:
         progress(f"removing allocator frames from {name}", 0, 0)
-    return Prepared(prune(result.profile), result.diagnostics)
+    folded = fold(prune(result.profile), frames)
+    return Prepared(folded.profile, result.diagnostics, folded.wrappers)

@@ -10,6 +10,8 @@ EXE = Mapping(0x555555554000, 0x555555600000, 0, "/srv/app", "r-xp")
 JEMALLOC = Mapping(0x7F0000000000, 0x7F0000100000, 0, "/usr/lib/libjemalloc.so.2", "r-xp")
 LIBC = Mapping(0x7F1000000000, 0x7F1000100000, 0, "/usr/lib/libc.so.6", "r-xp")
 PG = Mapping(0x560000000000, 0x560000100000, 0, "/usr/lib/postgresql/15/bin/postgres", "r-xp")
+LIBXML = Mapping(0x7F2000000000, 0x7F2000100000, 0,
+                 "/usr/lib/x86_64-linux-gnu/libxml2.so.2.9.14", "r-xp")
 
 
 class Builder:
@@ -18,10 +20,11 @@ class Builder:
     def __init__(self) -> None:
         self.locations: dict[int, Location] = {}
         self.by_name: dict[tuple[str, str], int] = {}
-        self.next = {m.path: m.start + 0x1000 for m in (EXE, JEMALLOC, LIBC, PG)}
+        self.next = {m.path: m.start + 0x1000 for m in (EXE, JEMALLOC, LIBC, PG, LIBXML)}
 
     def loc(self, spec: str) -> int:
-        """Address for ``spec``: 'name', 'name@file:line', 'je:name', 'libc:name', '?exe'."""
+        """Address for ``spec``: 'name', 'name@file:line', 'je:name', 'libc:name', 'pg:name',
+        'xml:name' (libxml2, a dependency), '?exe' (no symbol)."""
         mapping = EXE
         if spec.startswith("je:"):
             mapping, spec = JEMALLOC, spec[3:]
@@ -29,6 +32,8 @@ class Builder:
             mapping, spec = LIBC, spec[5:]
         elif spec.startswith("pg:"):
             mapping, spec = PG, spec[3:]
+        elif spec.startswith("xml:"):
+            mapping, spec = LIBXML, spec[4:]
         key = (mapping.path, spec)
         if key in self.by_name:
             return self.by_name[key]
@@ -53,6 +58,6 @@ class Builder:
 
     def profile(self, *samples: Sample, **kw: object) -> Profile:
         """A symbolized, already-unsampled profile holding ``samples``."""
-        p = Profile(samples=tuple(samples), mappings=(EXE, JEMALLOC, LIBC, PG), period=1,
+        p = Profile(samples=tuple(samples), mappings=(EXE, JEMALLOC, LIBC, PG, LIBXML), period=1,
                     sampling="none", unsampled=True, source="built.heap")
         return p.with_(locations=MappingProxyType(dict(self.locations)), **kw)

@@ -81,5 +81,5 @@ def test_json_shape() -> None:
     json.dumps(d)
     assert d["sample_type"] == "inuse_space" and d["unit"] == "bytes"
     assert [r["name"] for r in d["rows"]] == ["leak_big", "leak_small"]
-    assert set(d["rows"][0]) == {"name", "file", "line", "module", "flat", "cum"}
+    assert set(d["rows"][0]) == {"name", "file", "line", "module", "flat", "cum", "via", "leaf"}
     assert d["rows"][0]["file"] == "leaky.c"

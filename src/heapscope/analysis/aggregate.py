@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from heapscope.model import Location, Profile
+from heapscope.model import Location, Profile, ViaFrame
 
 GRANULARITIES = ("functions", "lines", "files", "addresses")
 NO_STACK = "[no stack]"
@@ -37,6 +37,7 @@ class Row:
     key: Key
     flat: float
     cum: float
+    via: tuple[ViaFrame, ...] = ()  # the frames folded into it, of its heaviest stacks
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,19 @@ class KeyTable:
         self.keys: list[Key] = []
         self.flat: list[float] = []
         self.cum: list[float] = []
+        self.via: dict[int, dict[tuple[ViaFrame, ...], float]] = {}
+
+    def add_via(self, i: int, via: tuple[ViaFrame, ...], v: float) -> None:
+        """Count ``v`` of key ``i``'s flat value as folded through ``via``."""
+        per = self.via.setdefault(i, {})
+        per[via] = per.get(via, 0.0) + v
+
+    def heaviest_via(self, i: int) -> tuple[ViaFrame, ...]:
+        """The chain most of key ``i``'s flat value went through (empty: none folded)."""
+        per = self.via.get(i)
+        if not per:
+            return ()
+        return max(per.items(), key=lambda kv: (abs(kv[1]), len(kv[0])))[0]
 
     def id(self, k: Key) -> int:
         """The id of ``k``, assigned on first sight."""
@@ -109,6 +123,7 @@ def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "funct
             for a in p.addresses()
         }
         no_stack = (key_id(Key(NO_STACK)),)
+        folded = any(s.via for s in p.samples)
         chain = itertools.chain.from_iterable
         for s in p.samples:
             v = s.values[index]
@@ -117,10 +132,13 @@ def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "funct
             total += v
             stack_ids = tuple(chain(map(per_addr.__getitem__, s.stack))) or no_stack
             flat[stack_ids[0]] += v
+            if folded:
+                table.add_via(stack_ids[0], s.via, v)
             for k in set(stack_ids):
                 cum[k] += v
     rows = tuple(
-        Row(k, flat[i], cum[i]) for i, k in enumerate(keys) if flat[i] != 0 or cum[i] != 0
+        Row(k, flat[i], cum[i], table.heaviest_via(i))
+        for i, k in enumerate(keys) if flat[i] != 0 or cum[i] != 0
     )
     return Table(rows, total, sample_type, unit)
 
@@ -128,11 +146,14 @@ def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "funct
 def subtract(new: Table, base: Table) -> Table:
     """Per-key difference new − base (a ``--base`` diff, made after symbolization)."""
     rows: dict[Key, list[float]] = {r.key: [r.flat, r.cum] for r in new.rows}
+    via = {r.key: r.via for r in base.rows if r.via}
+    via.update((r.key, r.via) for r in new.rows if r.via)
     for r in base.rows:
         cur = rows.setdefault(r.key, [0.0, 0.0])
         cur[0] -= r.flat
         cur[1] -= r.cum
-    out = tuple(Row(k, v[0], v[1]) for k, v in rows.items() if v[0] != 0 or v[1] != 0)
+    out = tuple(Row(k, v[0], v[1], via.get(k, ())) for k, v in rows.items()
+                if v[0] != 0 or v[1] != 0)
     return Table(out, new.total - base.total, new.sample_type, new.unit)
 
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.analysis import trend
+from heapscope.analysis.fold import Wrappers
 from heapscope.analysis.judge import ProcessJudgement, SiteSeries, judge_process
 from heapscope.analysis.processes import QUIET_ROLES, role
 from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.suppress import Suppression
-from heapscope.model import Profile
+from heapscope.model import Profile, ViaFrame
 
 LEAK = trend.LEAK
 GROWING = trend.GROWING
@@ -54,6 +55,14 @@ class Finding:
     at_exit: float | None = None  # bytes left in the exit dump after a clean shutdown
     rollup: str = ""  # "line" or "function" for a roll-up of several sites
     sites: int = 1
+    via: tuple[ViaFrame, ...] = ()  # frames folded into the site, innermost first
+
+    @property
+    def leaf(self) -> str:
+        """The stack's first frame outside the allocator, as ``function file:line``."""
+        if self.via:
+            return self.via[0].text
+        return f"{self.function} {self.file}:{self.line}" if self.file else self.function
 
     @property
     def growth(self) -> float:
@@ -74,6 +83,9 @@ class Finding:
             "pid": self.pid, "function": self.function, "file": self.file, "line": self.line,
             "module": self.module, "stack": list(self.stack), "bytes": self.bytes,
             "objects": self.objects, "verdict": self.verdict,
+            "via": [{"function": v.function, "file": v.file, "line": v.line,
+                     "module": v.module, "kind": v.kind} for v in self.via],
+            "leaf": self.leaf,
         }
         if self.rollup:
             out.update({"rollup": self.rollup, "sites": self.sites})
@@ -171,6 +183,7 @@ class LeakReport:
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
     window: dict[str, Any] | None = None  # set when the one dump is a window's (attach)
+    wrappers: Wrappers = field(default_factory=Wrappers)  # folded as allocation wrappers
 
     @property
     def leak_bytes(self) -> float:
@@ -187,7 +200,7 @@ class LeakReport:
         """The report.json document's analysis part."""
         doc = {"processes": [p.as_dict() for p in self.processes],
                "suspects": [f.as_dict() for f in self.findings],
-               "notes": self.notes}
+               "notes": self.notes, "wrappers": self.wrappers.as_list()}
         if self.window is not None:
             doc["window"] = self.window
         return doc
@@ -260,7 +273,8 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
         stack = series.site_stacks[s.key]
         function, file, line, module = fields[s.key]
         f = Finding(series.pid, function, file, line, module, s.key[:24], s.bytes, s.objects,
-                    s.verdict, s.values, s.trend, at_exit=s.at_exit)
+                    s.verdict, s.values, s.trend, at_exit=s.at_exit,
+                    via=series.site_via.get(s.key, ()))
         texts = [*f.stack, function, file, module]
         last_bytes = s.values[-1] if s.values else 0.0
         if expected(stack):
@@ -282,20 +296,26 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
         proc.left_bytes += last_bytes
         findings.append(f)
     for r in judged.rollups:
-        findings.append(_rollup_finding(series, r, rules))
+        findings.append(_rollup_finding(series, r, rules, leaf))
     proc.leak_bytes = sum(f.growth for f in findings if f.verdict == LEAK)
     proc.growing_bytes = sum(f.growth for f in findings if f.verdict == GROWING)
     return _select(findings, judged, single), final_bytes, proc
 
 
-def _rollup_finding(series: ProcessSeries, r: SiteSeries, rules: list[Suppression]) -> Finding:
+def _rollup_finding(series: ProcessSeries, r: SiteSeries, rules: list[Suppression],
+                    leaf: dict[SiteKey, tuple[str, str]]) -> Finding:
     name = r.key[0]
+    pick = 1 if r.rollup == "line" else 0
+    last = {k: float(v) for k, v in zip(series.sites, series.values[:, -1], strict=True)}
+    members = [k for k, names in leaf.items() if names[pick] == name]
+    biggest = max(members, key=lambda k: last.get(k, 0.0), default=None)
     function, _, where = name.partition(" ")
     file, _, line = where.rpartition(":")
     stack = (f"{name}  ({r.members} call paths)",)
     f = Finding(series.pid, function, file, int(line) if line.isdigit() else 0, "",
                 stack, r.bytes, r.objects, r.verdict, r.values, r.trend, at_exit=r.at_exit,
-                rollup=r.rollup, sites=r.members)
+                rollup=r.rollup, sites=r.members,
+                via=series.site_via.get(biggest, ()) if biggest is not None else ())
     f.suppressed_by = _suppressed_by([name, function, file], rules)
     if f.suppressed_by:
         f.verdict = SUPPRESSED
@@ -356,7 +376,10 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
     findings.sort(key=lambda f: (f.pid in quiet, *f.rank()))
     processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.fail_bytes, -p.left_bytes,
                                   p.pid or 0))
-    return LeakReport(processes, findings, _notes(processes))
+    wrappers = Wrappers()
+    for s in all_series:
+        wrappers.update(s.wrappers)
+    return LeakReport(processes, findings, _notes(processes), wrappers=wrappers)
 
 
 def _notes(processes: list[ProcessFinding]) -> list[str]:

@@ -20,13 +20,14 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
+from heapscope.analysis.fold import FramePolicy, Wrappers, fold
 from heapscope.analysis.ownership import alias_modules
 from heapscope.analysis.prune import prune
 from heapscope.errors import HeapscopeError
 from heapscope.formats.load import dump_order, parse_dump_name
 from heapscope.formats.scan import DumpCounts, Scanner, unsampled
 from heapscope.formats.scancache import ScanCache
-from heapscope.model import Location, Mapping, Profile, Sample
+from heapscope.model import Location, Mapping, Profile, Sample, ViaFrame
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
 ProgressFn = Callable[[str, int, int], None]
@@ -38,10 +39,12 @@ Matrix = npt.NDArray[np.float64]
 class ProcessSeries:
     """The dumps of one process, oldest first, reduced to live bytes and objects per site.
 
-    A site is a pruned stack written as names, so it matches across dumps, processes and
-    restarts. ``values``, ``objects`` and ``samples`` have one row per site (``sites``) and
-    one column per dump. ``profile`` holds every distinct stack of the series, pruned, with
-    the locations that name them and the memory maps of all dumps.
+    A site is a pruned and folded stack written as names, so it matches across dumps,
+    processes and restarts; ``site_via`` gives the frames folded into each site (those of
+    its heaviest stack in the last dump). ``values``, ``objects`` and ``samples`` have one
+    row per site (``sites``) and one column per dump. ``profile`` holds every distinct stack
+    of the series, pruned and folded, with the locations that name them and the memory maps
+    of all dumps.
     """
 
     pid: int | None
@@ -56,6 +59,8 @@ class ProcessSeries:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     raw: list[Profile] = field(default_factory=list)  # symbolized, as sampled (keep_raw)
     kinds: list[str] = field(default_factory=list)  # per dump: "f", "i", "m", "u" or ""
+    site_via: dict[SiteKey, tuple[ViaFrame, ...]] = field(default_factory=dict)
+    wrappers: Wrappers = field(default_factory=Wrappers)
 
     @property
     def count(self) -> int:
@@ -113,12 +118,13 @@ def _union_profile(pid: int | None, stacks: list[tuple[int, ...]],
 
 def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                 progress: ProgressFn | None = None, *, keep_raw: bool = False,
-                aliases: MappingT[str, str] | None = None) -> ProcessSeries:
+                aliases: MappingT[str, str] | None = None,
+                frames: FramePolicy | None = None) -> ProcessSeries:
     """Load every dump of one process and reduce each to live bytes and objects per site.
 
-    Each dump is read for its counts only; the union of their stacks is symbolized once and
-    pruned once. ``keep_raw`` also returns each dump fully parsed and symbolized, with the
-    locations of its own addresses only (for writing self-contained copies).
+    Each dump is read for its counts only; the union of their stacks is symbolized, pruned
+    and folded (``frames``) once. ``keep_raw`` also returns each dump fully parsed and
+    symbolized, with the locations of its own addresses only (for self-contained copies).
     """
     memory = None if keep_raw else ScanCache(options.cache_dir, pid, paths)
     scanner = Scanner(memory)
@@ -169,11 +175,13 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         diagnostics.extend(sym.diagnostics)
         locations = MappingProxyType(dict(sym.profile.locations))
     union = alias_modules(union.with_(locations=locations), aliases or {})
-    pruned = prune(union)
+    folded = fold(prune(union), frames)
+    pruned = folded.profile
     sites, used_site, site_stacks = _sites(stacks, pruned)
     site_of = np.full(len(table), -1, dtype=np.int64)
     site_of[used] = used_site
     values, objects, samples = _matrices(dumps, site_of, len(sites))
+    site_via = _site_via(sites, used, used_site, pruned, dumps[-1], len(table))
     kept_raw = []
     if keep_raw:
         for r in parsed:
@@ -182,7 +190,28 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                 {a: loc for a, loc in locations.items() if a in own})))
     return ProcessSeries(pid, [d.path for d in dumps], sites, values, objects, samples,
                          site_stacks, pruned.with_(samples=()), [d.time for d in dumps],
-                         diagnostics, kept_raw, [d.kind for d in dumps])
+                         diagnostics, kept_raw, [d.kind for d in dumps], site_via,
+                         folded.wrappers)
+
+
+def _site_via(sites: list[SiteKey], used: npt.NDArray[np.int64],
+              used_site: npt.NDArray[np.int64], folded: Profile, last: DumpCounts,
+              table_size: int) -> dict[SiteKey, tuple[ViaFrame, ...]]:
+    """For each site, the via chain of its stack holding the most in the last dump."""
+    weight = np.zeros(table_size)
+    if last.ids.size:
+        b, _, _ = unsampled(last)
+        np.add.at(weight, last.ids, b)
+    best: dict[int, tuple[float, tuple[ViaFrame, ...]]] = {}
+    for i, (raw, j) in enumerate(zip(used, used_site, strict=True)):
+        if j < 0:
+            continue
+        via = folded.samples[i].via
+        w = float(weight[raw])
+        got = best.get(int(j))
+        if got is None or w > got[0]:
+            best[int(j)] = (w, via)
+    return {sites[j]: via for j, (_, via) in best.items() if via}
 
 
 def _jobs() -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from heapscope.analysis.fold import FramePolicy
 from heapscope.analysis.leaks import LeakReport, ProcessFinding, find_leaks
 from heapscope.analysis.ownership import ProcessFacts, exe_aliases
 from heapscope.analysis.processes import QUIET_ROLES, role
@@ -41,6 +42,7 @@ class RunOptions:
     symbolize: bool = True
     symbol_options: SymbolOptions = field(default_factory=SymbolOptions)
     every: float | None = None  # seconds between dumps taken from outside (heapscope attach)
+    frames: FramePolicy = field(default_factory=FramePolicy)  # how sites are named
 
 
 @dataclass
@@ -206,7 +208,8 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         if progress is not None:
             progress(f"symbolizing dumps of pid {pid}", k, len(by_pid))
         try:
-            series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize, aliases=aliases)
+            series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize, aliases=aliases,
+                                 frames=opts.frames)
         except HeapscopeError as e:
             notes.append(str(e))
             continue

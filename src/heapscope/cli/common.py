@@ -9,6 +9,7 @@ from collections.abc import Mapping as MappingT
 from typing import TYPE_CHECKING
 
 from heapscope.analysis.filter import select_threads
+from heapscope.analysis.fold import FramePolicy, Wrappers
 from heapscope.analysis.top import SAMPLE_INDEX
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
@@ -35,6 +36,31 @@ def add_symbol_options(p: argparse.ArgumentParser) -> None:
                    help="do not read or write the symbol cache ($HEAPSCOPE_CACHE_DIR)")
     g.add_argument("-v", "--verbose", action="store_true",
                    help="also print informational notes about symbols")
+
+
+def add_frame_options(p: argparse.ArgumentParser) -> None:
+    """How stacks are shown: folded to the program's own line (the site), or raw."""
+    g = p.add_argument_group("frames")
+    g.add_argument("--frames", choices=("site", "raw"), default="site",
+                   help="site (default): each allocation is named by the first frame of the "
+                        "program's own code, the library and wrapper frames it went through "
+                        "shown as 'via'; raw: by the first frame outside the allocator")
+    g.add_argument("--own", action="append", default=[], metavar="RE",
+                   help="modules or source files matching RE are the program's own code "
+                        "(repeatable; also $HEAPSCOPE_OWN), e.g. to debug a library itself")
+    g.add_argument("--alloc-fn", action="append", default=[], metavar="RE",
+                   help="functions matching RE are allocation wrappers, folded like malloc "
+                        "(repeatable; also $HEAPSCOPE_ALLOC_FN)")
+    g.add_argument("--not-alloc-fn", action="append", default=[], metavar="RE",
+                   help="functions matching RE are never treated as allocation wrappers")
+
+
+def frame_policy(args: argparse.Namespace) -> FramePolicy:
+    """The frame policy the options (and environment) ask for; raw when the command has
+    no such options."""
+    if not hasattr(args, "frames"):
+        return FramePolicy(mode="raw")
+    return FramePolicy.from_env(args.frames, args.own, args.alloc_fn, args.not_alloc_fn)
 
 
 def add_sample_options(p: argparse.ArgumentParser) -> None:
@@ -78,15 +104,22 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     from heapscope.analysis.ownership import alias_modules
 
     opts = symbol_options(args)
+    policy = frame_policy(args)
     thread = getattr(args, "thread", None)
     out = []
+    wrappers = Wrappers()
     for path in paths:
-        prep = prepare(path, opts, threads=threads or bool(thread), progress=progress)
+        prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
+                       frames=policy)
         print_diagnostics(prep.diagnostics, args.verbose)
+        wrappers.update(prep.wrappers)
         profile = alias_modules(prep.profile, aliases or {})
         if thread:
             profile = select_threads(profile, thread)
         out.append(profile)
+    if args.verbose and wrappers.describe():
+        print(f"heapscope: {wrappers.describe()}", file=sys.stderr)
+    args.wrappers = wrappers
     return out
 
 

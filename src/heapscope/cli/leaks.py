@@ -13,7 +13,9 @@ from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.analysis.suppress import read_file
 from heapscope.capture.session import read_manifest
 from heapscope.cli.common import (
+    add_frame_options,
     add_symbol_options,
+    frame_policy,
     print_diagnostics,
     session_aliases,
     symbol_options,
@@ -42,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="suspects to print")
     p.add_argument("--html", metavar="DIR",
                    help="also write flamegraph.html (and timeline.html for a session) in DIR")
+    add_frame_options(p)
     add_symbol_options(p)
     p.set_defaults(func=run)
 
@@ -68,13 +71,16 @@ def run(args: argparse.Namespace) -> int:
     dumps = expand_inputs(args.paths)
     info, root = _session_info(args.paths)
     opts = symbol_options(args)
+    frames = frame_policy(args)
     with DelayedProgress() as bar:
         aliases = session_aliases(args.paths)
-        series = [load_series(pid, paths, opts, bar.update, aliases=aliases)
+        series = [load_series(pid, paths, opts, bar.update, aliases=aliases, frames=frames)
                   for pid, paths in group_by_pid(dumps).items()]
     for s in series:
         print_diagnostics(tuple(s.diagnostics), args.verbose)
     report = find_leaks(series, info=info, root=root, suppressions=rules)
+    if args.verbose and report.wrappers.describe():
+        print(f"heapscope: {report.wrappers.describe()}", file=sys.stderr)
     if args.format == "json":
         json.dump(report.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -6,7 +6,13 @@ import argparse
 import sys
 
 from heapscope.capture.runner import RunOptions, run_session
-from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
+from heapscope.cli.common import (
+    add_frame_options,
+    add_symbol_options,
+    frame_policy,
+    print_diagnostics,
+    symbol_options,
+)
 from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
@@ -47,6 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--top", type=int, default=5, metavar="N", help="suspects to print")
     p.add_argument("--html", action="store_true",
                    help="also write flamegraph.html and timeline.html into the session")
+    add_frame_options(p)
     add_symbol_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
     p.set_defaults(func=run)
@@ -70,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         symbolize=not args.no_symbolize,
         symbol_options=symbol_options(args),
         every=args.every,
+        frames=frame_policy(args),
     )
     if args.every is not None and args.every <= 0:
         raise UsageError("--every needs a positive number of seconds")
@@ -77,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     with DelayedProgress() as bar:
         res = run_session(cmd, opts, bar.update)
     print_diagnostics(tuple(res.diagnostics), args.verbose)
+    if args.verbose and res.leaks.wrappers.describe():
+        print(f"heapscope: {res.leaks.wrappers.describe()}", file=sys.stderr)
     render_report(sys.stderr, res, top=args.top)
     if args.html and res.leaks.processes:
         for path in write_html(res.path, res.path):

@@ -9,6 +9,7 @@ from typing import Any
 from heapscope.analysis.aggregate import GRANULARITIES, Table
 from heapscope.analysis.top import View, build_table
 from heapscope.cli.common import (
+    add_frame_options,
     add_sample_options,
     add_symbol_options,
     load_profiles,
@@ -49,6 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-i", "--interactive", action="store_true",
                    help="open an interactive shell (top, topN, --cum, focus, …)")
+    add_frame_options(p)
     add_symbol_options(p)
     p.set_defaults(func=run)
 
@@ -88,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             d = table_dict(table, rows)
             d["sources"] = [p.source for p in group]
+            d["wrappers"] = args.wrappers.as_list()
             reports.append(d)
             continue
         if len(groups) > 1:

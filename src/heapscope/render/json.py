@@ -6,6 +6,7 @@ import json
 from typing import Any, TextIO
 
 from heapscope.analysis.aggregate import Row, Table
+from heapscope.model import ViaFrame
 
 
 def table_dict(table: Table, rows: tuple[Row, ...]) -> dict[str, Any]:
@@ -22,10 +23,25 @@ def table_dict(table: Table, rows: tuple[Row, ...]) -> dict[str, Any]:
                 "module": r.key.module,
                 "flat": r.flat,
                 "cum": r.cum,
+                "via": via_list(r.via),
+                "leaf": r.via[0].text if r.via else row_leaf(r),
             }
             for r in rows
         ],
     }
+
+
+def via_list(via: tuple[ViaFrame, ...]) -> list[dict[str, Any]]:
+    """JSON form of a via chain: the frames folded into a site, innermost first (the
+    outermost, what the program's own code called, last)."""
+    return [{"function": f.function, "file": f.file, "line": f.line, "module": f.module,
+             "kind": f.kind} for f in via]
+
+
+def row_leaf(r: Row) -> str:
+    """A row's own name as ``function file:line`` (its leaf when nothing was folded)."""
+    k = r.key
+    return f"{k.name} {k.file}:{k.line}" if k.file and k.line else k.name
 
 
 def render_json(out: TextIO, payload: Any) -> None:

@@ -26,6 +26,7 @@ from heapscope.analysis.leaks import (
     LeakReport,
     ProcessFinding,
 )
+from heapscope.render.text import via_label
 from heapscope.units import human_bytes
 
 _STYLE = {LEAK: "bold red", GROWING: "magenta", trend.BOUNDED: "yellow", trend.CHURN: "cyan",
@@ -159,8 +160,9 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
         label = f.verdict.upper() if f.verdict == LEAK else f.verdict
         size = (f"{human_bytes(f.bytes)} in {int(f.objects):,} objects" if not f.rollup
                 else f"{human_bytes(f.bytes)} over {f.sites} call paths ({f.rollup} roll-up)")
+        via = escape(via_label(f.via))
         con.print(f" {n:>2}. [{style}]{label}[/]  {size}  "
-                  f"[bold]{escape(f.function)}[/]{where}  (pid {f.pid})")
+                  f"[bold]{escape(f.function)}[/]{where}{via}  (pid {f.pid})")
         con.print(f"       {escape(evidence(f, report.window))}")
         for fr in f.stack[1:frames]:
             con.print(f"         {escape(fr)}")

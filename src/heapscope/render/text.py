@@ -9,7 +9,42 @@ from __future__ import annotations
 from typing import TextIO
 
 from heapscope.analysis.aggregate import Key, Row, Table
+from heapscope.model import ViaFrame
 from heapscope.units import percent
+
+VIA_WIDTH = 60  # longest via name printed whole; longer ones lose inner template arguments
+
+
+def short_name(name: str, width: int = VIA_WIDTH) -> str:
+    """``name`` with template arguments below the outermost level elided when too long."""
+    if len(name) <= width:
+        return name
+    out = []
+    depth = 0
+    for c in name:
+        if c == "<":
+            depth += 1
+            if depth == 1:
+                out.append("<")
+            elif depth == 2:
+                out.append("…")
+            continue
+        if c == ">":
+            depth -= 1
+            if depth == 0:
+                out.append(">")
+            continue
+        if depth <= 1:
+            out.append(c)
+    return "".join(out)
+
+
+def via_label(via: tuple[ViaFrame, ...]) -> str:
+    """`` via X``: the outermost frame folded into a site (what the program's code called),
+    or '' when nothing was folded."""
+    if not via:
+        return ""
+    return f" via {short_name(via[-1].function)}"
 
 
 def row_name(key: Key, granularity: str) -> str:
@@ -60,5 +95,6 @@ def render_table(
         out.write(
             f"{_value(r.flat, unit, show_bytes):>8} {percent(r.flat, denom):>6} "
             f"{percent(running, denom):>6} {_value(r.cum, unit, show_bytes):>8} "
-            f"{percent(r.cum, denom):>6} {row_name(r.key, granularity)}\n"
+            f"{percent(r.cum, denom):>6} {row_name(r.key, granularity)}"
+            f"{via_label(r.via) if r.flat else ''}\n"
         )

@@ -1,0 +1,284 @@
+"""Fold library, dependency and wrapper frames into the code that called them: the site.
+
+After :mod:`heapscope.analysis.prune` a stack starts at the first frame outside the
+allocator, which in C++ and Rust is nearly always a container (``std::vector``, ``Vec``), in
+C often a program's own allocation wrapper (``xmalloc``, ``zmalloc``) or a third-party
+library. The *site* of an allocation is the first frame of the program's own code
+(:mod:`heapscope.analysis.classify`), skipping allocation wrappers; where a stack has none,
+the first JNI entry point (the Java method that called native code), then the first
+dependency frame, then the first frame that is not a wrapper, then the leaf. The stack is cut
+at the site; the frames before it are kept on the sample as its ``via`` chain, so reports can
+say ``Registry::insert cpp_templates.cpp:41 via std::vector<char>``.
+
+Allocation wrappers are named (:func:`heapscope.analysis.classify.is_wrapper_name`, the
+user's ``--alloc-fn``) or recognised from the profile: a function that is always the first
+frame above the allocator, never anywhere else in any stack, and is called from at least
+``WRAPPER_CALLERS`` different functions. ``--not-alloc-fn`` overrides both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from heapscope.analysis.classify import (
+    DEPENDENCY,
+    LIBRARY,
+    OWN,
+    Classifier,
+    is_jni_entry,
+    is_wrapper_name,
+)
+from heapscope.analysis.ownership import main_image
+from heapscope.errors import UsageError
+from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
+
+SITE = "site"
+RAW = "raw"
+WRAPPER = "wrapper"
+WRAPPER_CALLERS = 3  # distinct calling functions that make a thin allocating leaf a wrapper
+
+# Per location, innermost first: (function name, class, named wrapper) of each frame.
+_Info = tuple[tuple[str, str, bool], ...]
+
+
+@dataclass(frozen=True)
+class FramePolicy:
+    """How stacks are shown: folded to their site (default) or raw, and the user's say on
+    what is their own code and which functions are allocation wrappers (regexes)."""
+
+    mode: str = SITE
+    own: tuple[str, ...] = ()
+    alloc_fn: tuple[str, ...] = ()
+    not_alloc_fn: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, mode: str = SITE, own: Iterable[str] = (), alloc_fn: Iterable[str] = (),
+                 not_alloc_fn: Iterable[str] = ()) -> FramePolicy:
+        """A policy from options plus ``$HEAPSCOPE_OWN`` and ``$HEAPSCOPE_ALLOC_FN`` (each
+        one regular expression; the options add to them)."""
+        env_own = os.environ.get("HEAPSCOPE_OWN", "")
+        env_alloc = os.environ.get("HEAPSCOPE_ALLOC_FN", "")
+        policy = cls(mode, (*([env_own] if env_own else []), *own),
+                     (*([env_alloc] if env_alloc else []), *alloc_fn), tuple(not_alloc_fn))
+        policy.compiled()  # fail early, naming the option
+        return policy
+
+    def compiled(self) -> tuple[tuple[re.Pattern[str], ...], ...]:
+        """The three lists of expressions, compiled (a bad one is a usage error)."""
+        out = []
+        for option, texts in (("--own", self.own), ("--alloc-fn", self.alloc_fn),
+                              ("--not-alloc-fn", self.not_alloc_fn)):
+            got = []
+            for t in texts:
+                try:
+                    got.append(re.compile(t))
+                except re.error as e:
+                    raise UsageError(f"{option} {t!r}: invalid regular expression: {e}") \
+                        from None
+            out.append(tuple(got))
+        return tuple(out)
+
+
+@dataclass
+class Wrappers:
+    """The functions a fold treated as allocation wrappers, and why."""
+
+    named: set[str] = field(default_factory=set)  # a well-known wrapper's name
+    user: set[str] = field(default_factory=set)  # matched --alloc-fn
+    found: dict[str, int] = field(default_factory=dict)  # from the profile: -> callers
+
+    def as_list(self) -> list[dict[str, object]]:
+        """JSON-ready: one entry per wrapper folded, with the reason."""
+        out: list[dict[str, object]] = [
+            {"function": f, "why": "name"} for f in sorted(self.named)]
+        out += [{"function": f, "why": "--alloc-fn"} for f in sorted(self.user)]
+        out += [{"function": f, "why": "profile", "callers": n}
+                for f, n in sorted(self.found.items())]
+        return out
+
+    def describe(self) -> str:
+        """One line for ``-v``."""
+        parts = sorted(self.named | self.user) + [
+            f"{f} ({n} callers)" for f, n in sorted(self.found.items())]
+        return "folded as allocation wrappers: " + ", ".join(parts) if parts else ""
+
+    def update(self, other: Wrappers) -> None:
+        """Add what another fold found."""
+        self.named |= other.named
+        self.user |= other.user
+        for f, n in other.found.items():
+            self.found[f] = max(n, self.found.get(f, 0))
+
+
+@dataclass
+class Folded:
+    """A folded profile and the wrappers the fold used."""
+
+    profile: Profile
+    wrappers: Wrappers
+
+
+class _Folder:
+    """One profile's fold: classifies each location once, then cuts each stack once."""
+
+    def __init__(self, profile: Profile, policy: FramePolicy) -> None:
+        own, alloc_fn, not_alloc_fn = policy.compiled()
+        self.profile = profile
+        self.classifier = Classifier(main_image(profile), own)
+        self.alloc_fn = alloc_fn
+        self.not_alloc_fn = not_alloc_fn
+        self.info: dict[int, _Info] = {}
+        self.wrappers = Wrappers()
+        self.wrapper_names: set[str] = set()
+        self.not_wrapper: dict[str, bool] = {}
+
+    def _vetoed(self, name: str) -> bool:
+        got = self.not_wrapper.get(name)
+        if got is None:
+            got = self.not_wrapper[name] = any(rx.search(name) for rx in self.not_alloc_fn)
+        return got
+
+    def _info(self, a: int) -> _Info:
+        got = self.info.get(a)
+        if got is not None:
+            return got
+        loc = self.profile.location(a)
+        cls = self.classifier
+        out = []
+        if not loc.frames:
+            out.append((loc.fallback_name, cls.frame_class(loc, None), False))
+        for f in loc.frames:
+            name = f.function
+            wrapper = False
+            if name and not self._vetoed(name):
+                if any(rx.search(name) for rx in self.alloc_fn):
+                    wrapper = True
+                    self.wrappers.user.add(name)
+                elif is_wrapper_name(name):
+                    wrapper = True
+                    self.wrappers.named.add(name)
+            out.append((name or loc.fallback_name, cls.frame_class(loc, f), wrapper))
+        got = self.info[a] = tuple(out)
+        return got
+
+    def find_wrappers(self) -> None:
+        """Mark as wrappers the functions the profile shows to be thin allocating leaves."""
+        callers: dict[str, set[str]] = {}
+        leaves: set[int] = set()
+        for s in self.profile.samples:
+            st = s.stack
+            if not st:
+                continue
+            leaves.add(st[0])
+            first = self._info(st[0])
+            name, kind, wrapper = first[0]
+            if wrapper or kind == LIBRARY or name == self.profile.location(st[0]).fallback_name:
+                continue
+            if len(first) > 1:
+                caller = first[1][0]
+            elif len(st) > 1:
+                caller = self._info(st[1])[0][0]
+            else:
+                continue
+            callers.setdefault(name, set()).add(caller)
+        many = {n: len(c) for n, c in callers.items() if len(c) >= WRAPPER_CALLERS}
+        if not many:
+            return
+        # A wrapper is never anything but the first frame: not an outer frame of any leaf
+        # location, nor a frame of any return address.
+        inner: set[str] = set()
+        for a in leaves:
+            inner.update(n for n, _, _ in self._info(a)[1:])
+        for a in self.profile.caller_addresses():
+            inner.update(n for n, _, _ in self._info(a))
+        for name, n in many.items():
+            if name not in inner and name != "main" and not self._vetoed(name):
+                self.wrapper_names.add(name)
+                self.wrappers.found[name] = n
+
+    def _site(self, stack: tuple[int, ...]) -> tuple[int, int]:
+        """(address index, frame index) of the stack's site."""
+        found = self.wrapper_names
+        jni = dep = plain = None
+        for i, a in enumerate(stack):
+            for k, (name, kind, wrapper) in enumerate(self._info(a)):
+                if wrapper or name in found:
+                    continue
+                if kind == OWN:
+                    return i, k
+                if jni is None and is_jni_entry(name):
+                    jni = (i, k)
+                elif dep is None and kind == DEPENDENCY:
+                    dep = (i, k)
+                if plain is None:
+                    plain = (i, k)
+        return jni or dep or plain or (0, 0)
+
+    def _via(self, stack: tuple[int, ...], i: int, k: int) -> tuple[ViaFrame, ...]:
+        out = []
+        for j in range(i + 1):
+            a = stack[j]
+            loc = self.profile.location(a)
+            info = self._info(a)
+            upto = k if j == i else len(info)
+            for m in range(upto):
+                name, kind, wrapper = info[m]
+                f = loc.frames[m] if loc.frames else None
+                out.append(ViaFrame(name, f.file if f else "", f.line if f else 0, loc.module,
+                                    WRAPPER if wrapper or name in self.wrapper_names
+                                    else kind))
+        return tuple(out)
+
+    def fold(self, memo: dict[tuple[int, ...], tuple[tuple[int, ...], int, tuple[ViaFrame, ...]]]
+             ) -> Profile:
+        self.find_wrappers()
+        trims: dict[int, int] = {}
+        samples = []
+        for s in self.profile.samples:
+            st = s.stack
+            got = memo.get(st)
+            if got is None:
+                if not st:
+                    got = (st, 0, ())
+                else:
+                    i, k = self._site(st)
+                    got = (st[i:], k, self._via(st, i, k) if (i or k) else ())
+                memo[st] = got
+            cut, k, via = got
+            if k:
+                trims[cut[0]] = k
+            samples.append(Sample(cut, s.values, s.threads, via) if via or cut is not st
+                           else s)
+        locations = dict(self.profile.locations)
+        for a, k in trims.items():
+            locations[a] = _trimmed(self.profile.location(a), k)
+        return self.profile.with_(samples=tuple(samples),
+                                  locations=MappingProxyType(locations))
+
+
+def _trimmed(loc: Location, k: int) -> Location:
+    """The location without its ``k`` innermost (inlined) frames."""
+    frames: tuple[Frame, ...] = loc.frames[k:]
+    if len(frames) == 1 and frames[0].inlined:
+        f = frames[0]
+        frames = (Frame(f.function, f.file, f.line, False, f.full_name, f.system_name),)
+    return Location(loc.address, loc.mapping, loc.module, loc.offset, frames)
+
+
+def fold(profile: Profile, policy: FramePolicy | None = None,
+         memo: dict[tuple[int, ...], tuple[tuple[int, ...], int, tuple[ViaFrame, ...]]]
+         | None = None) -> Folded:
+    """The profile with each stack cut at its site (``policy.mode == "raw"``: unchanged).
+
+    ``memo`` may be shared by profiles with the same locations and stacks (the dumps of one
+    process), so each stack is folded once.
+    """
+    policy = policy or FramePolicy()
+    if policy.mode == RAW:
+        return Folded(profile, Wrappers())
+    folder = _Folder(profile, policy)
+    return Folded(folder.fold({} if memo is None else memo), folder.wrappers)
