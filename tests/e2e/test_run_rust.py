@@ -29,11 +29,13 @@ from typing import Any
 
 import jemalloc as je
 import pytest
+import sitecheck as sc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROJECT_DIR = Path(__file__).resolve().parent / "rust_rjem"
 SOURCE = PROJECT_DIR / "src" / "main.rs"
+SITES_DIR = Path(__file__).resolve().parent / "sites"
 BIN_NAME = "rjem_leaky"
 DEBIAN_REGISTRY = Path(os.environ.get("HEAPSCOPE_TEST_CARGO_REGISTRY", "/usr/share/cargo/registry"))
 # jemalloc-sys and its (build) dependencies, as Debian's librust-*-dev packages install them.
@@ -104,6 +106,9 @@ def rjem_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("rust-rjem").resolve()
     proj = root / "rust_rjem"
     shutil.copytree(PROJECT_DIR, proj, ignore=shutil.ignore_patterns("target", "Cargo.lock"))
+    # bin/sites.rs includes ../../../sites/leaks.rs: keep that layout beside the copy.
+    (root / "sites").mkdir()
+    shutil.copy(SITES_DIR / "leaks.rs", root / "sites" / "leaks.rs")
     cargo_home = root / "cargo-home"
     cargo_home.mkdir()
     (cargo_home / "config.toml").write_text(CARGO_CONFIG)
@@ -229,3 +234,12 @@ def test_attach_to_a_running_prefixed_jemalloc(rjem_build: Path, tmp_path: Path)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_rjem_collections_name_the_users_line(rjem_build: Path,
+                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The leaks of sites/leaks.rs under the ``_rjem_`` jemalloc: each named by its own line
+    (the same program as test_sites.py's, with the allocator linked in)."""
+    root = tmp_path_factory.mktemp("rust-rjem-sites").resolve()
+    s = sc.run(["./target/release/sites"], root / "session", root / "cache", cwd=rjem_build)
+    sc.check_session(s, SITES_DIR / "leaks.rs", sc.RUST_LEAKS, root / "cache")
