@@ -69,8 +69,10 @@ def export(dump: Path, out: Path, fmt: str, *args: str, cache: Path) -> Path:
 
 
 def top_json(dump: Path, sample: str, cache: Path) -> dict[str, Any]:
-    out = heapscope("top", "--format", "json", "-n", "0", "--" + sample.replace("_", "-"),
-                    str(dump), cache=cache)
+    # Exports keep whole stacks (pprof and the other readers attribute to the leaf): compare
+    # with top's raw view, not its sites.
+    out = heapscope("top", "--format", "json", "-n", "0", "--frames", "raw",
+                    "--" + sample.replace("_", "-"), str(dump), cache=cache)
     data: dict[str, Any] = json.loads(out.stdout)
     return data
 

@@ -30,8 +30,8 @@ def _near(value: float, truth: float, rel: float = 0.25) -> bool:
     return abs(value - truth) <= rel * truth
 
 
-def _top(dump: Path, cache: Path) -> tuple[float, list[dict[str, Any]]]:
-    out = sc.heapscope_top_json(dump, cache)
+def _top(dump: Path, cache: Path, *args: str) -> tuple[float, list[dict[str, Any]]]:
+    out = sc.heapscope_top_json(dump, cache, *args)
     return float(out["total"]), list(out["rows"])
 
 
@@ -170,7 +170,7 @@ def test_inflater_truth(
     ]
     run = sc.run_direct(cmd, scenario_dir / "truth_inflater", libjemalloc, timeout=180)
     pid = sc.parse_pids(run.stdout, r"^(?P<role>pid)=(?P<pid>\d+) inflaters=")["pid"]
-    total, rows = _top(run.dump(pid), heapscope_cache)
+    total, rows = _top(run.dump(pid), heapscope_cache, "--frames", "raw")
     # the window: libz's static updatewindow (no symbol: "libz.so.1.x+0x…") under inflate
     window = _cum(rows, "Java_java_util_zip_Inflater_inflateBytesBytes")
     assert _near(window, sc.INFLATERS * 32 * 1024), (window, total)
@@ -178,6 +178,11 @@ def test_inflater_truth(
     assert _cum(rows, "Java_java_util_zip_Inflater_init") >= _cum(rows, "inflateInit2_")
     zlib_flat = sum(r["flat"] for r in rows if str(r["module"]).startswith("libz.so"))
     assert zlib_flat > 0.5 * total, (zlib_flat, total)
+    # By site, zlib folds into the JNI entry points the Java methods called.
+    _, sites = _top(run.dump(pid), heapscope_cache)
+    leader = _flat_leader(sites)
+    assert leader["name"].startswith("Java_java_util_zip_Inflater_"), sites[:4]
+    assert leader["via"] and leader["via"][0]["module"].startswith("libz.so"), leader
 
 
 def test_inflater_first_suspect_is_zlib(inflater_run: ScenarioRun) -> None:
