@@ -222,3 +222,33 @@ def test_hostile_jit_name_is_text(driver: Any, leaky_c: Any, tmp_path: Path) -> 
     assert driver.execute_script("return document.getElementsByTagName('img').length") == 0
     assert driver.execute_script("return typeof window.__xss") == "undefined"
     assert console_errors(driver) == []
+
+
+def test_frames_say_whose_code(driver: Any, leaky_cpp: Any, tmp_path: Path) -> None:
+    """Every frame is drawn; library frames are told apart from the program's own."""
+    out = tmp_path / "cpp.html"
+    make_flamegraph(out, str(leaky_cpp.dump))
+    open_page(driver, out)
+    drawn = frames(driver)
+    kinds = {f["name"]: f["kind"] for f in drawn}
+    assert kinds.get("app::make_widgets") == "own", kinds
+    std = [n for n in kinds if n.startswith("std::")]
+    assert std and all(kinds[n] == "library" for n in std), kinds
+    own = next(f for f in drawn if f["name"] == "app::make_widgets")
+    lib = next(f for f in drawn if f["kind"] == "library" and f["w"] > 4)
+    # Own code in warm colours, libraries grey-blue: the pixels at their centres differ in hue.
+    png = driver.execute_script("""
+        var c = document.getElementById('flame'), g = c.getContext('2d');
+        var r = window.devicePixelRatio || 1;
+        function px(f) { var d = g.getImageData(Math.round((f.x + 2) * r),
+                                                 Math.round((f.y + f.h / 2) * r), 1, 1).data;
+                         return [d[0], d[1], d[2]]; }
+        return [px(arguments[0]), px(arguments[1])];""", own, lib)
+    (r1, _, b1), (r2, _, b2) = png
+    assert r1 > b1 + 40, png  # warm
+    assert b2 >= r2, png  # cool
+    assert console_errors(driver) == []
+    raw = tmp_path / "raw.html"
+    make_flamegraph(raw, str(leaky_cpp.dump), extra=("--frames", "raw"))
+    open_page(driver, raw)
+    assert {f["kind"] for f in frames(driver)} == {""}

@@ -169,3 +169,19 @@ def test_missing_dot_says_how_to_install(leaky_c: Any, cache_dir: Path,
     # DOT text needs no Graphviz.
     heapscope(str(leaky_c.dump), "-o", str(tmp_path / "g.dot"), cache=cache_dir,
               env={"PATH": str(empty)})
+
+
+def test_library_nodes_are_told_apart(leaky_cpp: Any, dot: str, cache_dir: Path,
+                                      tmp_path: Path) -> None:
+    """Every frame is drawn; libraries get a dashed outline, the program's code does not."""
+    out = tmp_path / "g.dot"
+    heapscope(str(leaky_cpp.dump), "-o", str(out), "--nodecount", "200",
+              cache=cache_dir)
+    nodes = {m.group(2): m.group(1) for m in re.finditer(
+        r'^\s*(N\d+ \[.*?label="([^"\\]*)[^\n]*)$', out.read_text(), re.M)}
+    std = [n for n in nodes if n.startswith("std::")]
+    assert std and all("dashed" in nodes[n] for n in std), std
+    assert "dashed" not in nodes["app::make_widgets"], nodes["app::make_widgets"]
+    raw = tmp_path / "raw.dot"
+    heapscope(str(leaky_cpp.dump), "-o", str(raw), "--frames", "raw", cache=cache_dir)
+    assert "dashed" not in raw.read_text().replace('style="dashed"', "")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -32,7 +32,7 @@ from heapscope.analysis.classify import (
     is_jni_entry,
     is_wrapper_name,
 )
-from heapscope.analysis.ownership import main_image
+from heapscope.analysis.ownership import PROCESS_MODULE, main_image
 from heapscope.errors import UsageError
 from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
 
@@ -258,6 +258,29 @@ class _Folder:
             locations[a] = _trimmed(self.profile.location(a), k)
         return self.profile.with_(samples=tuple(samples),
                                   locations=MappingProxyType(locations))
+
+
+def frame_kinds(profile: Profile, policy: FramePolicy | None = None
+                ) -> Callable[[int], tuple[str, ...]]:
+    """For the pictures: the kind of each frame of an address of ``profile``, innermost
+    first: ``own``, ``library``, ``dependency`` or ``wrapper`` ('' for a process's root)."""
+    folder = _Folder(profile, policy or FramePolicy())
+    folder.find_wrappers()
+    found = folder.wrapper_names
+    memo: dict[int, tuple[str, ...]] = {}
+
+    def kinds(a: int) -> tuple[str, ...]:
+        got = memo.get(a)
+        if got is None:
+            if profile.location(a).module == PROCESS_MODULE:
+                got = ("",)
+            else:
+                got = tuple(WRAPPER if wrapper or name in found else kind
+                            for name, kind, wrapper in folder._info(a))
+            memo[a] = got
+        return got
+
+    return kinds
 
 
 def _trimmed(loc: Location, k: int) -> Location:

@@ -17,10 +17,11 @@ pprof's ``-diff_base``. Nothing here renders; see ``render.callgraph``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from heapscope.analysis.aggregate import NO_STACK, Key, KeyTable, location_keys
+from heapscope.analysis.fold import FramePolicy, frame_kinds
 from heapscope.analysis.top import SAMPLE_INDEX, View, filtered
 from heapscope.errors import UsageError
 from heapscope.model import Profile
@@ -84,6 +85,7 @@ class Graph:
     edge_cutoff: float = 0.0
     denominator: float = 0.0
     dropped_by_count: int = 0
+    kinds: Mapping[Key, str] = field(default_factory=dict)  # whose code each node is
 
     @property
     def dropped_nodes(self) -> int:
@@ -229,12 +231,30 @@ def prune_graph(sums: Sums, options: GraphOptions, *, diff: bool = False,
     )
 
 
+def node_kinds(profiles: Iterable[Profile], granularity: str,
+               frames: FramePolicy | None = None) -> dict[Key, str]:
+    """Whose code each node is (own, library, dependency, wrapper; see analysis.fold)."""
+    out: dict[Key, str] = {}
+    for p in profiles:
+        kinds = frame_kinds(p, frames)
+        for a in p.addresses():
+            keys = location_keys(p.location(a), granularity)
+            ks = kinds(a)
+            if len(ks) != len(keys):  # addresses granularity: one key for the location
+                ks = ks[-1:]
+            for k, kind in zip(keys, ks, strict=False):
+                out.setdefault(k, kind)
+    return out
+
+
 def build_graph(
     profiles: list[Profile],
     options: GraphOptions,
     base: list[Profile] | None = None,
+    frames: FramePolicy | None = None,
 ) -> Graph:
-    """The call graph of ``profiles`` added together (minus ``base`` when given)."""
+    """The call graph of ``profiles`` added together (minus ``base`` when given); with
+    ``frames`` each node also says whose code it is."""
     _check(options)
     index = SAMPLE_INDEX[options.sample]
     view = options.view()
@@ -247,5 +267,7 @@ def build_graph(
         denominator = abs(base_sums.total) or abs(sums.total) or None
         sums = subtract(sums, base_sums)
     graph = prune_graph(sums, options, diff=bool(base), denominator=denominator)
+    kinds = node_kinds([*profiles, *(base or [])], options.granularity, frames) \
+        if frames is not None else {}
     return replace(graph, sources=tuple(p.source for p in profiles),
-                   base_sources=tuple(p.source for p in base or ()))
+                   base_sources=tuple(p.source for p in base or ()), kinds=kinds)

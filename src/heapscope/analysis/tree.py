@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from heapscope.analysis.fold import FramePolicy, frame_kinds
 from heapscope.model import HEAP_SAMPLE_TYPES, Location, Profile
 
 ROOT_NAME = "all"
@@ -25,6 +26,9 @@ NVALUES = len(HEAP_SAMPLE_TYPES)
 
 # One frame as the tree sees it: (name, file, line, module, inlined).
 FrameKey = tuple[str, str, int, str, bool]
+# Whose code a node is (see analysis.classify); "" when not classified.
+KINDS = ("", "own", "library", "dependency", "wrapper")
+_KIND_ID = {k: i for i, k in enumerate(KINDS)}
 
 
 @dataclass
@@ -43,6 +47,7 @@ class CallTree:
     line: list[int] = field(default_factory=lambda: [0])
     module: list[int] = field(default_factory=lambda: [0])
     inlined: list[bool] = field(default_factory=lambda: [False])
+    kind: list[int] = field(default_factory=lambda: [0])  # index into KINDS
     values: list[list[float]] = field(default_factory=lambda: [[0.0] for _ in range(NVALUES)])
     base: list[list[float]] | None = None
     _ids: dict[str, int] = field(default_factory=lambda: {"": 0}, repr=False)
@@ -63,8 +68,9 @@ class CallTree:
             self.strings.append(text)
         return k
 
-    def child(self, parent: int, frame: FrameKey) -> int:
-        """The node for ``frame`` under ``parent``, created when new."""
+    def child(self, parent: int, frame: FrameKey, kind: int = 0) -> int:
+        """The node for ``frame`` under ``parent`` (``kind``: an index into KINDS), created
+        when new."""
         name_id = self.intern(frame[0])
         key = (parent, name_id)
         k = self._children.get(key)
@@ -76,6 +82,7 @@ class CallTree:
             self.line.append(frame[2])
             self.module.append(self.intern(frame[3]))
             self.inlined.append(frame[4])
+            self.kind.append(kind)
             for col in self.values:
                 col.append(0.0)
             if self.base is not None:
@@ -139,9 +146,10 @@ class CallTree:
 
         ``p`` holds ``k - parent[k]`` (small numbers: children usually follow their parent
         closely), ``n``/``f``/``m`` string ids, ``l`` lines, ``i`` the indexes of inlined
-        nodes, ``s`` the four *self* value columns rounded to integers (mostly zeros, and
-        totals are their sums over a subtree, which the viewer adds up; the inverted tree is
-        built from them), ``sb`` the base's self values for a diff.
+        nodes, ``k`` each node's kind (an index into KINDS), ``s`` the four *self* value
+        columns rounded to integers (mostly zeros, and totals are their sums over a subtree,
+        which the viewer adds up; the inverted tree is built from them), ``sb`` the base's
+        self values for a diff.
         """
         out: dict[str, Any] = {
             "inverted": self.inverted,
@@ -151,6 +159,7 @@ class CallTree:
             "l": self.line,
             "m": self.module,
             "i": [k for k, flag in enumerate(self.inlined) if flag],
+            "k": self.kind,
             "s": [[_int(x) for x in col] for col in self.self_values(self.values)],
         }
         if self.base is not None:
@@ -172,32 +181,36 @@ def location_frames(loc: Location) -> list[FrameKey]:
             for f in loc.frames]
 
 
-def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]]) -> None:
+def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]],
+         frames: FramePolicy | None) -> None:
     """Add every sample of ``profiles`` into ``columns`` (tree.values or tree.base)."""
     for profile in profiles:
-        # Per address: its frames as (name id, frame), innermost first.
-        frames_of: dict[int, list[tuple[int, FrameKey]]] = {}
+        kinds = frame_kinds(profile, frames) if frames is not None else None
+        # Per address: its frames as (name id, frame, kind), innermost first.
+        frames_of: dict[int, list[tuple[int, FrameKey, int]]] = {}
         children = tree._children
         line = tree.line
         for s in profile.samples:
             vals = s.values
             if not any(vals[:NVALUES]):
                 continue
-            seq: list[tuple[int, FrameKey]] = []
+            seq: list[tuple[int, FrameKey, int]] = []
             for a in s.stack:
                 fr = frames_of.get(a)
                 if fr is None:
-                    fr = frames_of[a] = [(tree.intern(f[0]), f)
-                                         for f in location_frames(profile.location(a))]
+                    keys = location_frames(profile.location(a))
+                    ks = kinds(a) if kinds is not None else ("",) * len(keys)
+                    fr = frames_of[a] = [(tree.intern(f[0]), f, _KIND_ID[c])
+                                         for f, c in zip(keys, ks, strict=True)]
                 seq.extend(fr)
             if not tree.inverted:
                 seq.reverse()
             k = 0
             nodes = [0]
-            for name_id, frame in seq:
+            for name_id, frame, kind in seq:
                 nxt = children.get((k, name_id))
                 if nxt is None:
-                    nxt = tree.child(k, frame)
+                    nxt = tree.child(k, frame, kind)
                 elif line[nxt] != frame[2]:
                     line[nxt] = 0
                 k = nxt
@@ -212,8 +225,12 @@ def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]]
 
 
 def build_tree(profiles: Iterable[Profile], *, invert: bool = False,
-               base: Iterable[Profile] | None = None) -> CallTree:
+               base: Iterable[Profile] | None = None,
+               frames: FramePolicy | None = None) -> CallTree:
     """Merge the samples of ``profiles`` into one call tree.
+
+    With ``frames`` each node also says whose code it is (own, library, dependency, wrapper;
+    :func:`heapscope.analysis.fold.frame_kinds`).
 
     ``base`` makes a diff tree: the base profiles' values are kept in ``CallTree.base`` and
     :meth:`CallTree.value` returns new minus base, node by node (matched by name path).
@@ -221,7 +238,7 @@ def build_tree(profiles: Iterable[Profile], *, invert: bool = False,
     tree = CallTree(inverted=invert)
     if base is not None:
         tree.base = [[0.0] for _ in range(NVALUES)]
-    _add(tree, profiles, tree.values)
+    _add(tree, profiles, tree.values, frames)
     if base is not None and tree.base is not None:
-        _add(tree, base, tree.base)
+        _add(tree, base, tree.base, frames)
     return tree

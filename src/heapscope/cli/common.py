@@ -97,14 +97,17 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
 
 def load_profiles(paths: list[str], args: argparse.Namespace, progress: ProgressFn | None,
                   *, threads: bool = False,
-                  aliases: MappingT[str, str] | None = None) -> list[Profile]:
+                  aliases: MappingT[str, str] | None = None,
+                  fold: bool = True) -> list[Profile]:
     """Prepare each dump (unsampled, symbolized, pruned), print its symbol notes, and keep
     only the thread chosen with ``--thread`` when the command has that option; modules in
-    ``aliases`` (a program's file by the name it was started as) are renamed."""
+    ``aliases`` (a program's file by the name it was started as) are renamed. Stacks are
+    folded to their sites as the options say, unless ``fold`` is False (pictures draw every
+    frame)."""
     from heapscope.analysis.ownership import alias_modules
 
     opts = symbol_options(args)
-    policy = frame_policy(args)
+    policy = frame_policy(args) if fold else FramePolicy(mode="raw")
     thread = getattr(args, "thread", None)
     out = []
     wrappers = Wrappers()

@@ -8,8 +8,10 @@ import sys
 from heapscope.analysis.top import View, filtered
 from heapscope.analysis.tree import build_tree
 from heapscope.cli.common import (
+    add_frame_options,
     add_sample_options,
     add_symbol_options,
+    frame_policy,
     load_profiles,
     per_process,
     processes_title,
@@ -41,6 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
     p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
     p.add_argument("--title", help="title shown on the page (default: the dump's name)")
+    add_frame_options(p)
     add_symbol_options(p)
     p.set_defaults(func=run)
 
@@ -55,14 +58,18 @@ def run(args: argparse.Namespace) -> int:
         view = View(focus=args.focus, ignore=args.ignore)
         loaded, labels = per_process(
             args.dumps, load_profiles(paths, args, bar.update,
-                                      aliases=session_aliases(args.dumps)),
+                                      aliases=session_aliases(args.dumps), fold=False),
             roots=not args.base)
         profiles = [filtered(p, view) for p in loaded]
         base = ([filtered(p, view) for p in per_process(
-            [args.base], load_profiles(base_paths, args, bar.update), roots=False)[0]]
+            [args.base], load_profiles(base_paths, args, bar.update, fold=False),
+            roots=False)[0]]
                 if args.base else None)
         bar.update("building the call tree", 0, 0)
-        tree = build_tree(profiles, base=base)
+        # Every frame is drawn; by default each says whose code it is (own code in warm
+        # colours, libraries and wrappers grey, dependencies blue).
+        policy = frame_policy(args)
+        tree = build_tree(profiles, base=base, frames=policy if policy.mode == "site" else None)
         bar.update(f"writing {args.output}", 0, 0)
         size = write_flamegraph(
             args.output, tree,

@@ -8,8 +8,10 @@ import sys
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
 from heapscope.cli.common import (
+    add_frame_options,
     add_sample_options,
     add_symbol_options,
+    frame_policy,
     load_profiles,
     per_process,
     session_aliases,
@@ -79,6 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
     p.add_argument("--base", metavar="DUMP",
                    help="draw the difference from this base dump (growth red, shrinkage green)")
+    add_frame_options(p)
     add_symbol_options(p)
     p.set_defaults(func=run)
 
@@ -109,12 +112,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no dumps given")
     with DelayedProgress() as bar:
         profiles = per_process(args.dumps, load_profiles(
-            paths, args, bar.update, aliases=session_aliases(args.dumps)),
+            paths, args, bar.update, aliases=session_aliases(args.dumps), fold=False),
             roots=not args.base)[0]
         base = (per_process([args.base], load_profiles(expand_inputs([args.base], latest=True),
-                                                       args, bar.update), roots=False)[0]
+                                                       args, bar.update, fold=False),
+                            roots=False)[0]
                 if args.base else None)
-    graph = build_graph(profiles, options, base)
+    # Every frame is drawn; by default each node also says whose code it is.
+    policy = frame_policy(args)
+    graph = build_graph(profiles, options, base,
+                        frames=policy if policy.mode == "site" else None)
     write_graph(graph, args.output, fmt, force=args.force)
     _notes(graph, args.sample)
     return 0

@@ -120,6 +120,11 @@ def _title_lines(g: Graph) -> list[str]:
     return lines
 
 
+_NOT_OWN = {"library": "language runtime / standard library", "dependency": "third-party library",
+            "wrapper": "allocation wrapper"}
+_QUIET_TEXT = "#555555"
+
+
 def _attrs(pairs: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f'{k}="{v}"' for k, v in pairs)
 
@@ -148,10 +153,16 @@ def _node_line(g: Graph, ident: str, n: Node, max_flat: float) -> str:
         # pprof: 8 to 24 points, growing with the square root of the flat share.
         fontsize += math.ceil(16.0 * math.sqrt(min(abs(n.flat) / max_flat, 1.0)))
     border, fill, text = _colors(n.cum, g.diff)
-    return f"  {ident} [" + _attrs([
-        ("label", label), ("tooltip", escape(tip)), ("fontsize", f"{fontsize:.0f}"),
-        ("color", border), ("fillcolor", fill), ("fontcolor", text),
-    ]) + "];"
+    attrs = [("label", label), ("tooltip", escape(tip)), ("fontsize", f"{fontsize:.0f}"),
+             ("color", border), ("fillcolor", fill), ("fontcolor", text)]
+    kind = g.kinds.get(n.key, "")
+    if kind in _NOT_OWN:
+        # Code that is not the program's own: a dashed outline and grey text, so the
+        # program's own functions stand out; the tooltip says which.
+        attrs[1] = ("tooltip", escape(f"{tip}\n{_NOT_OWN[kind]}"))
+        attrs[5] = ("fontcolor", _QUIET_TEXT)
+        attrs.append(("style", "filled,dashed"))
+    return f"  {ident} [" + _attrs(attrs) + "];"
 
 
 def _edge_line(g: Graph, ids: dict[Key, str], e: Edge) -> str:

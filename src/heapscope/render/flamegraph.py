@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from heapscope.analysis.tree import CallTree
+from heapscope.analysis.tree import KINDS, CallTree
 from heapscope.model import HEAP_SAMPLE_TYPES
 from heapscope.web import page
 
@@ -50,6 +50,7 @@ def flamegraph_data(tree: CallTree, *, title: str, sources: Sequence[str],
         "types": [t.type for t in HEAP_SAMPLE_TYPES],
         "units": [t.unit for t in HEAP_SAMPLE_TYPES],
         "strings": tree.strings,
+        "kinds": list(KINDS),
         "tree": tree.to_json(),
     }
 

@@ -8,13 +8,16 @@
   var S = data.strings;
   var NT = data.types.length;
   var DIFF = !!data.diff;
+  var KINDS = data.kinds || [''];
+  var KIND_TEXT = {own: "the program's own", library: 'language runtime / standard library',
+                   dependency: 'third-party library', wrapper: 'allocation wrapper'};
   var ROW = 18;
   var FONT = '12px ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace';
 
   // ---------------------------------------------------------------- trees
 
   // Build a tree object from parallel arrays; parents always precede children.
-  function makeTree(parent, name, file, line, module, inl, self, selfBase) {
+  function makeTree(parent, name, file, line, module, inl, kind, self, selfBase) {
     var n = parent.length;
     var total = [], base = null, t, k;
     for (t = 0; t < NT; t++) {
@@ -43,7 +46,7 @@
       if (depth[k] > maxDepth) maxDepth = depth[k];
     }
     return {n: n, parent: parent, name: name, file: file, line: line, module: module,
-            inl: inl, self: self, selfBase: selfBase, total: total, base: base,
+            inl: inl, kind: kind, self: self, selfBase: selfBase, total: total, base: base,
             start: count, kids: kids, depth: depth, maxDepth: maxDepth,
             weight: null, sortedFor: -1};
   }
@@ -55,8 +58,9 @@
     for (k = 1; k < n; k++) parent[k] = k - raw.p[k];
     var inl = new Uint8Array(n);
     for (k = 0; k < raw.i.length; k++) inl[raw.i[k]] = 1;
+    var kind = raw.k ? Uint8Array.from(raw.k) : new Uint8Array(n);
     return makeTree(parent, Int32Array.from(raw.n), Int32Array.from(raw.f),
-                    Int32Array.from(raw.l), Int32Array.from(raw.m), inl,
+                    Int32Array.from(raw.l), Int32Array.from(raw.m), inl, kind,
                     raw.s, raw.sb || null);
   }
 
@@ -64,6 +68,7 @@
   // self values (what stacks ending exactly at a node hold).
   function invertTree(tr) {
     var parent = [-1], name = [tr.name[0]], file = [0], line = [0], module = [0], inl = [0];
+    var kind = [0];
     var self = [], selfBase = tr.selfBase ? [] : null, t;
     for (t = 0; t < NT; t++) { self.push([0]); if (selfBase) selfBase.push([0]); }
     var index = new Map();
@@ -84,6 +89,7 @@
           index.set(key, c);
           parent.push(node); name.push(tr.name[j]); file.push(tr.file[j]);
           line.push(tr.line[j]); module.push(tr.module[j]); inl.push(tr.inl[j]);
+          kind.push(tr.kind[j]);
           for (t = 0; t < NT; t++) { self[t].push(0); if (selfBase) selfBase[t].push(0); }
         } else if (line[c] !== tr.line[j]) {
           line[c] = 0;
@@ -100,7 +106,7 @@
     }
     return makeTree(Int32Array.from(parent), Int32Array.from(name), Int32Array.from(file),
                     Int32Array.from(line), Int32Array.from(module), Uint8Array.from(inl),
-                    self, selfBase);
+                    Uint8Array.from(kind), self, selfBase);
   }
 
   // Layout weights: a node's value, or for a diff max(new, base) and at least its children,
@@ -313,8 +319,13 @@
     } else if (k === 0) {
       c = 'hsl(30,15%,75%)';
     } else {
-      var h = hash(name), mod = S[tr.module[k]];
-      if (mod === '[jit]') c = 'hsl(' + (150 + h % 40) + ',50%,60%)';
+      var h = hash(name), mod = S[tr.module[k]], kind = KINDS[tr.kind[k]];
+      // Whose code: the program's own in warm colours, the rest in cool, quiet ones.
+      if (kind === 'library' || kind === 'wrapper') {
+        c = 'hsl(' + (205 + h % 20) + ',12%,' + (74 + h % 10) + '%)';
+      } else if (kind === 'dependency') {
+        c = 'hsl(' + (190 + h % 25) + ',45%,' + (68 + h % 10) + '%)';
+      } else if (mod === '[jit]') c = 'hsl(' + (150 + h % 40) + ',50%,60%)';
       else if (mod === '[unknown]' || !tr.file[k] && name.indexOf('+0x') > 0) {
         c = 'hsl(0,0%,' + (70 + h % 12) + '%)';
       } else if (tr.inl[k]) c = 'hsl(' + (40 + h % 20) + ',85%,' + (68 + h % 10) + '%)';
@@ -468,6 +479,8 @@
       var m = S[tr.module[k]];
       if (m) line(el, 'module: ', m + (tr.inl[k] ? '  (inlined)' : ''));
       else if (tr.inl[k]) line(el, '', '(inlined)');
+      var kd = KINDS[tr.kind[k]];
+      if (kd) line(el, 'code: ', KIND_TEXT[kd]);
     }
     line(el, 'type: ', data.types[t].replace('_', ' '));
   }
@@ -503,7 +516,8 @@
         for (var i = 0; i < row.length; i += 3) {
           if (row[i + 1] - row[i] >= (minWidth || 0)) {
             out.push({name: S[state.tree.name[row[i + 2]]], x: row[i],
-                      y: d * ROW, w: row[i + 1] - row[i], h: ROW, depth: d});
+                      y: d * ROW, w: row[i + 1] - row[i], h: ROW, depth: d,
+                      kind: KINDS[state.tree.kind[row[i + 2]]] || ''});
           }
         }
       }
