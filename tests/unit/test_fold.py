@@ -119,3 +119,12 @@ def test_own_option_makes_a_dependency_the_site() -> None:
     b = Builder()
     p = b.profile(b.sample("xml:xmlStrndup", "xml:xmlReadMemory", "keep_docs@t.c:70"))
     assert _site(fold(p, FramePolicy(own=("libxml2",))).profile) == "xmlStrndup:0"
+
+
+def test_a_leaf_that_allocates_in_several_places_is_not_a_wrapper() -> None:
+    b = Builder()
+    p = b.profile(*(b.sample(f"make_node@n.c:{10 + k % 2}", f"caller{k}@n.c:{40 + k}", "main")
+                    for k in range(4)))
+    folded = fold(p)
+    assert _site(folded.profile) == "make_node:10"
+    assert folded.wrappers.found == {}

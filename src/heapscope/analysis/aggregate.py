@@ -82,19 +82,28 @@ class KeyTable:
         self.keys: list[Key] = []
         self.flat: list[float] = []
         self.cum: list[float] = []
-        self.via: dict[int, dict[tuple[ViaFrame, ...], float]] = {}
+        # Per key: flat value by via chain. Chains are counted by identity (a fold gives equal
+        # chains one tuple), which spares hashing a tuple of frames per sample.
+        self.via: dict[int, dict[int, float]] = {}
+        self.chains: dict[int, tuple[ViaFrame, ...]] = {}
 
     def add_via(self, i: int, via: tuple[ViaFrame, ...], v: float) -> None:
         """Count ``v`` of key ``i``'s flat value as folded through ``via``."""
-        per = self.via.setdefault(i, {})
-        per[via] = per.get(via, 0.0) + v
+        per = self.via.get(i)
+        if per is None:
+            per = self.via[i] = {}
+        c = id(via)
+        if c not in self.chains:
+            self.chains[c] = via
+        per[c] = per.get(c, 0.0) + v
 
     def heaviest_via(self, i: int) -> tuple[ViaFrame, ...]:
         """The chain most of key ``i``'s flat value went through (empty: none folded)."""
         per = self.via.get(i)
         if not per:
             return ()
-        return max(per.items(), key=lambda kv: (abs(kv[1]), len(kv[0])))[0]
+        chains = self.chains
+        return chains[max(per.items(), key=lambda kv: (abs(kv[1]), len(chains[kv[0]])))[0]]
 
     def id(self, k: Key) -> int:
         """The id of ``k``, assigned on first sight."""

@@ -12,12 +12,14 @@ say ``Registry::insert cpp_templates.cpp:41 via std::vector<char>``.
 
 Allocation wrappers are named (:func:`heapscope.analysis.classify.is_wrapper_name`, the
 user's ``--alloc-fn``) or recognised from the profile: a function that is always the first
-frame above the allocator, never anywhere else in any stack, and is called from at least
-``WRAPPER_CALLERS`` different functions. ``--not-alloc-fn`` overrides both.
+frame above the allocator, never anywhere else in any stack, calls the allocator from one
+place only, and is called from at least ``WRAPPER_CALLERS`` different functions.
+``--not-alloc-fn`` overrides both.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -135,6 +137,10 @@ class _Folder:
         self.wrappers = Wrappers()
         self.wrapper_names: set[str] = set()
         self.not_wrapper: dict[str, bool] = {}
+        self.candidates: dict[int, tuple[int, int, int, int]] = {}
+        self.via_of: dict[int, tuple[ViaFrame, ...]] = {}
+        # Equal chains share one tuple, so reports can count them by identity.
+        self.vias: dict[tuple[tuple[int, ...], int, int], tuple[ViaFrame, ...]] = {}
 
     def _vetoed(self, name: str) -> bool:
         got = self.not_wrapper.get(name)
@@ -167,71 +173,104 @@ class _Folder:
 
     def find_wrappers(self) -> None:
         """Mark as wrappers the functions the profile shows to be thin allocating leaves."""
+        # Each distinct (leaf, caller) pair once: dumps repeat them across many stacks.
+        pairs = {s.stack[:2] for s in self.profile.samples if s.stack}
         callers: dict[str, set[str]] = {}
-        leaves: set[int] = set()
-        for s in self.profile.samples:
-            st = s.stack
-            if not st:
-                continue
-            leaves.add(st[0])
-            first = self._info(st[0])
+        sites: dict[str, set[int]] = {}
+        for pair in pairs:
+            leaf = pair[0]
+            first = self._info(leaf)
             name, kind, wrapper = first[0]
-            if wrapper or kind == LIBRARY or name == self.profile.location(st[0]).fallback_name:
+            if wrapper or kind == LIBRARY or not self.profile.location(leaf).frames:
                 continue
             if len(first) > 1:
                 caller = first[1][0]
-            elif len(st) > 1:
-                caller = self._info(st[1])[0][0]
+            elif len(pair) > 1:
+                caller = self._info(pair[1])[0][0]
             else:
                 continue
             callers.setdefault(name, set()).add(caller)
-        many = {n: len(c) for n, c in callers.items() if len(c) >= WRAPPER_CALLERS}
+            sites.setdefault(name, set()).add(leaf)
+        # A wrapper calls the allocator from one place, for many callers.
+        many = {n: len(c) for n, c in callers.items()
+                if len(c) >= WRAPPER_CALLERS and len(sites[n]) == 1 and n != "main"
+                and not self._vetoed(n)}
         if not many:
             return
-        # A wrapper is never anything but the first frame: not an outer frame of any leaf
+        # ... and is never anything but the first frame: not an outer frame of any leaf
         # location, nor a frame of any return address.
         inner: set[str] = set()
-        for a in leaves:
-            inner.update(n for n, _, _ in self._info(a)[1:])
+        for pair in pairs:
+            inner.update(n for n, _, _ in self._info(pair[0])[1:])
         for a in self.profile.caller_addresses():
-            inner.update(n for n, _, _ in self._info(a))
+            loc = self.profile.location(a)
+            inner.update(f.function for f in loc.frames)
         for name, n in many.items():
-            if name not in inner and name != "main" and not self._vetoed(name):
+            if name not in inner:
                 self.wrapper_names.add(name)
                 self.wrappers.found[name] = n
 
+    def _candidates(self, a: int) -> tuple[int, int, int, int]:
+        """Frame indexes in address ``a`` of its first own, JNI entry, dependency and any
+        frame that is not a wrapper (-1: none)."""
+        got = self.candidates.get(a)
+        if got is not None:
+            return got
+        found = self.wrapper_names
+        own = jni = dep = plain = -1
+        for k, (name, kind, wrapper) in enumerate(self._info(a)):
+            if wrapper or name in found:
+                continue
+            if kind == OWN:
+                own = k
+                break
+            if jni < 0 and is_jni_entry(name):
+                jni = k
+            elif dep < 0 and kind == DEPENDENCY:
+                dep = k
+            if plain < 0:
+                plain = k
+        got = self.candidates[a] = (own, jni, dep, plain)
+        return got
+
     def _site(self, stack: tuple[int, ...]) -> tuple[int, int]:
         """(address index, frame index) of the stack's site."""
-        found = self.wrapper_names
         jni = dep = plain = None
+        candidates = self._candidates
         for i, a in enumerate(stack):
-            for k, (name, kind, wrapper) in enumerate(self._info(a)):
-                if wrapper or name in found:
-                    continue
-                if kind == OWN:
-                    return i, k
-                if jni is None and is_jni_entry(name):
-                    jni = (i, k)
-                elif dep is None and kind == DEPENDENCY:
-                    dep = (i, k)
-                if plain is None:
-                    plain = (i, k)
+            own, j, d, p = candidates(a)
+            if own >= 0:
+                return i, own
+            if jni is None and j >= 0:
+                jni = (i, j)
+            if dep is None and d >= 0:
+                dep = (i, d)
+            if plain is None and p >= 0:
+                plain = (i, p)
         return jni or dep or plain or (0, 0)
 
-    def _via(self, stack: tuple[int, ...], i: int, k: int) -> tuple[ViaFrame, ...]:
+    def _frames_via(self, a: int) -> tuple[ViaFrame, ...]:
+        """Every frame of address ``a`` as a via entry (built once per address)."""
+        got = self.via_of.get(a)
+        if got is not None:
+            return got
+        loc = self.profile.location(a)
         out = []
-        for j in range(i + 1):
-            a = stack[j]
-            loc = self.profile.location(a)
-            info = self._info(a)
-            upto = k if j == i else len(info)
-            for m in range(upto):
-                name, kind, wrapper = info[m]
-                f = loc.frames[m] if loc.frames else None
-                out.append(ViaFrame(name, f.file if f else "", f.line if f else 0, loc.module,
-                                    WRAPPER if wrapper or name in self.wrapper_names
-                                    else kind))
-        return tuple(out)
+        for m, (name, kind, wrapper) in enumerate(self._info(a)):
+            f = loc.frames[m] if loc.frames else None
+            out.append(ViaFrame(name, f.file if f else "", f.line if f else 0, loc.module,
+                                WRAPPER if wrapper or name in self.wrapper_names else kind))
+        got = self.via_of[a] = tuple(out)
+        return got
+
+    def _via(self, stack: tuple[int, ...], i: int, k: int) -> tuple[ViaFrame, ...]:
+        key = (stack[:i], stack[i], k)
+        got = self.vias.get(key)
+        if got is None:
+            parts = [self._frames_via(a) for a in stack[:i]]
+            parts.append(self._frames_via(stack[i])[:k])
+            got = self.vias[key] = tuple(itertools.chain.from_iterable(parts))
+        return got
 
     def fold(self, memo: dict[tuple[int, ...], tuple[tuple[int, ...], int, tuple[ViaFrame, ...]]]
              ) -> Profile:
