@@ -200,3 +200,17 @@ def test_python_debug_interpreter_sites(work: Path, cache: Path, libjemalloc: Pa
     rows = [r for r in sc.top_rows(s.path, cache) if r["flat"] > 0]
     assert rows[0]["name"] == "_PyBytes_FromSize", rows[:3]
     assert not any(WRAPPER_NAMES.search(r["name"]) for r in rows[:10]), rows[:10]
+
+
+@pytest.mark.parametrize("tags", ["--enable-new-dtags", "--disable-new-dtags"])
+def test_runpath_read_from_a_real_binary(work: Path, gcc: Path, tags: str) -> None:
+    """The folders a program's RUNPATH (or old-style RPATH) names are where its own
+    libraries live; $ORIGIN is the binary's folder."""
+    from heapscope.symbols.elf import search_path
+
+    (work / "bin").mkdir(exist_ok=True)
+    out = work / "bin" / f"rp{tags}"
+    _build([gcc, "-O1", SITES / "wrapper.c", "-o", out,
+            f"-Wl,{tags},-rpath,$ORIGIN/../lib/myapp:/opt/vendor/lib"], work)
+    assert search_path(str(out)) == (str(work / "lib" / "myapp"), "/opt/vendor/lib")
+    assert search_path(str(SITES / "wrapper.c")) == ()

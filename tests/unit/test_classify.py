@@ -136,3 +136,12 @@ def test_not_wrapper_names(name: str) -> None:
 def test_jni_entry() -> None:
     assert is_jni_entry("Java_java_util_zip_Inflater_init")
     assert not is_jni_entry("Unsafe_AllocateMemory0")
+
+
+def test_libraries_in_the_programs_runpath_are_its_own() -> None:
+    c = Classifier("/usr/sbin/ns-slapd", (), ("/usr/lib/x86_64-linux-gnu/dirsrv", "/usr/lib"))
+    assert c.module_class("/usr/lib/x86_64-linux-gnu/dirsrv/libslapd.so.0.1.0", "") == OWN
+    assert c.module_class("/usr/lib/x86_64-linux-gnu/dirsrv/plugins/libback-ldbm.so", "") \
+        == OWN
+    # A system-wide folder in the RUNPATH claims nothing.
+    assert c.module_class("/usr/lib/libfoo.so.1", "") == DEPENDENCY

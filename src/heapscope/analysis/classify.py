@@ -11,9 +11,10 @@ Every frame of a pruned stack gets one class:
 - ``dependency``: third-party code: a shared library from a system library folder
   (libz, libxml2, libssl, libsqlite3…), a Python package's extension module in
   site-packages, Rust crates built from a cargo registry, headers of other libraries.
-- ``own``: everything else: the program and the libraries installed beside it (a
-  PostgreSQL extension under the server's own folder, a plugin next to the binary, a
-  library built in the project tree).
+- ``own``: everything else: the program and the libraries installed with it (a PostgreSQL
+  extension under the server's own folder, a plugin next to the binary, a library built in
+  the project tree, anything in a folder the program's own RUNPATH names, such as
+  389-ds's ``/usr/lib/x86_64-linux-gnu/dirsrv``).
 
 The class is decided from the frame's name, its source file and its module, in that order,
 and never from a list of programs. ``--own RE`` makes any module or source file the user's
@@ -203,12 +204,16 @@ class Classifier:
 
     main: str = ""
     own: tuple[re.Pattern[str], ...] = ()
+    private: tuple[str, ...] = ()  # folders the program's RUNPATH names
     _modules: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         base = os.path.basename(self.main)
         self.runtime = bool(base) and _RUNTIME_EXE.match(base) is not None
         self.root = _package_root(self.main) if self.main else ""
+        # A RUNPATH entry that is a system-wide folder says nothing about who owns a file.
+        self.private_dirs = tuple(d.rstrip("/") + "/" for d in self.private
+                                  if not _GENERIC_DIR.match(d.rstrip("/") + "/"))
 
     def _own_match(self, text: str) -> bool:
         return any(rx.search(text) for rx in self.own)
@@ -233,6 +238,8 @@ class Classifier:
             return LIBRARY
         if self.root and (path + "/").startswith(self.root + "/"):
             return LIBRARY if self.runtime else OWN  # installed with the program
+        if any(path.startswith(d) for d in self.private_dirs):
+            return LIBRARY if self.runtime else OWN  # where the program looks for its own
         if _RUNTIME_DIR.search(path):
             return LIBRARY
         if _SYSTEM_DIR.match(path) or _PACKAGES_DIR.search(path):

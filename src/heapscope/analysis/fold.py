@@ -37,6 +37,7 @@ from heapscope.analysis.classify import (
 from heapscope.analysis.ownership import PROCESS_MODULE, main_image
 from heapscope.errors import UsageError
 from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
+from heapscope.symbols.elf import search_path
 
 SITE = "site"
 RAW = "raw"
@@ -130,7 +131,8 @@ class _Folder:
     def __init__(self, profile: Profile, policy: FramePolicy) -> None:
         own, alloc_fn, not_alloc_fn = policy.compiled()
         self.profile = profile
-        self.classifier = Classifier(main_image(profile), own)
+        main = main_image(profile)
+        self.classifier = Classifier(main, own, search_path(main) if main else ())
         self.alloc_fn = alloc_fn
         self.not_alloc_fn = not_alloc_fn
         self.info: dict[int, _Info] = {}

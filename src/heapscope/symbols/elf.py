@@ -7,11 +7,13 @@ reading it for every module of a profile costs a few milliseconds.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import zlib
 from dataclasses import dataclass
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from heapscope.model import Mapping
@@ -216,3 +218,28 @@ def file_crc32(path: str) -> int | None:
     except OSError:
         return None
     return crc & 0xFFFFFFFF
+
+
+@functools.lru_cache(maxsize=64)
+def search_path(path: str) -> tuple[str, ...]:
+    """The folders a program's DT_RUNPATH (or DT_RPATH) names, ``$ORIGIN`` expanded: where its
+    own shared libraries are installed. Empty when the file cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            dynamic = elf.get_section_by_name(".dynamic")
+            if dynamic is None or not hasattr(dynamic, "iter_tags"):
+                return ()
+            found = [str(getattr(t, "runpath", "") or getattr(t, "rpath", ""))
+                     for t in dynamic.iter_tags()
+                     if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")]
+    except (OSError, ELFError, ValueError, AttributeError, KeyError, TypeError):
+        return ()  # not a readable ELF file: no search path
+    origin = os.path.dirname(os.path.realpath(path))
+    out = []
+    for entry in found:
+        for d in entry.split(":"):
+            d = d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+            if d:
+                out.append(os.path.normpath(d))
+    return tuple(out)
