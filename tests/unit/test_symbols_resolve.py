@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from heapscope.errors import ToolError
 from heapscope.model import Mapping
 from heapscope.symbols import SymbolOptions, symbolize
 from heapscope.symbols.elf import ElfInfo
@@ -347,14 +346,24 @@ def test_cpp_template_and_lambda_display_names(tmp_path: Path) -> None:
         assert frame.full_name.startswith(name) or name in frame.full_name
 
 
-def test_missing_symbolizer_is_a_tool_error(
+def test_missing_symbolizer_falls_back_to_the_symbol_table(
     built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HEAPSCOPE_SYMBOLIZER", str(tmp_path / "no-such-llvm-symbolizer"))
     pie = built["pie"]
+    twin = tmp_path / "twin_prog"  # a second module with DWARF: the warning comes once
+    shutil.copy(pie, twin)
     start, _ = functions(pie)["outer_alloc"]
-    with pytest.raises(ToolError, match="apt-get install llvm"):
-        symbolize(profile([[EXE_BASE + start]], mappings_for(pie, EXE_BASE)), opts(tmp_path))
+    maps = mappings_for(pie, EXE_BASE) + mappings_for(twin, LIB_BASE)
+    result = symbolize(profile([[EXE_BASE + start], [LIB_BASE + start]], maps),
+                       opts(tmp_path))
+    assert result.profile.locations[LIB_BASE + start].frames[0].function == "outer_alloc"
+    frames = result.profile.locations[EXE_BASE + start].frames
+    assert [(f.function, f.file, f.line) for f in frames] == [("outer_alloc", "", 0)]
+    warnings = [d for d in result.diagnostics if d.level == "warning"]
+    assert len(warnings) == 1, warnings  # said once, not once per module
+    assert "apt-get install llvm" in warnings[0].message
+    assert "symbol table" in warnings[0].message
 
 
 def test_deterministic_and_reports_progress(built: dict[str, Path], tmp_path: Path) -> None:

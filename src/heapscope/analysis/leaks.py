@@ -143,19 +143,24 @@ class ProcessFinding:
     exit_bytes: float | None = None  # in the exit dump, when it was set aside
     teardown: bool = False  # the exit dump came after a clean shutdown
     left_bytes: float = 0.0  # live in the last dump, start-up and inherited memory aside
+    unreadable: str = ""  # why none of its dumps could be read
+    skipped: list[str] = field(default_factory=list)  # "dump: reason" for each one left out
 
     @property
     def verdict(self) -> str:
-        """``leaks``, ``undecided`` (a short series that grew), ``clean``, ``unjudged`` (one
-        dump: nothing to compare) or ``no dumps``."""
+        """``leaks``, ``undecided`` (a site grew but its series cannot yet tell a leak from a
+        cache still filling), ``clean``, ``unjudged`` (one dump: nothing to compare),
+        ``unreadable`` (it wrote dumps, none could be read) or ``no dumps``."""
+        if self.unreadable:
+            return "unreadable"
         if self.dumps == 0:
             return "no dumps"
         if self.leak_bytes > 0:
             return "leaks"
         if self.judged < 2:
             return "unjudged"
-        if self.growing_bytes > 0 and self.judged < trend.MIN_WINDOW:
-            return "undecided"
+        if self.growing_bytes > 0:
+            return "undecided"  # fail closed: growth nobody could explain is not "clean"
         return "clean"
 
     @property
@@ -172,7 +177,8 @@ class ProcessFinding:
                 "growing_bytes": self.growing_bytes, "exit_bytes": self.exit_bytes,
                 "teardown": self.teardown,
                 "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
-                "verdict": self.verdict}
+                "verdict": self.verdict, "unreadable": self.unreadable,
+                "skipped_dumps": self.skipped}
 
 
 @dataclass
@@ -353,6 +359,8 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
     base_rules = builtin if builtin is not None else builtin_rules()
     info = info or {}
     by_pid = {s.pid: s for s in all_series if s.profile is not None}
+    # A process whose every dump failed to load is kept, unreadable: never "clean".
+    lost = [s for s in all_series if s.profile is None and s.skipped]
     # Parents first, so a child's inherited memory is known when the child is analysed.
     order = sorted(by_pid, key=lambda pid: _depth(pid, info))
     finals: dict[int | None, dict[SiteKey, float]] = {}
@@ -370,12 +378,20 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
                                                    inherited=finals.get(ppid))
         proc.exe, proc.cmdline, proc.ppid = exe, list(meta.get("cmdline") or []), ppid
         proc.role = role(pid or -1, exe, root, n)
+        proc.skipped = list(s.skipped)
         processes.append(proc)
         findings.extend(found)
+    for s in lost:
+        meta = info.get(s.pid, {}) if s.pid is not None else {}
+        exe = str(meta.get("exe") or "")
+        processes.append(ProcessFinding(
+            s.pid, exe, list(meta.get("cmdline") or []), meta.get("ppid"),
+            role(s.pid or -1, exe, root, n + len(lost)), dumps=len(s.skipped),
+            unreadable=s.skipped[-1], skipped=list(s.skipped)))
     quiet = {p.pid for p in processes if p.role in QUIET_ROLES}
     findings.sort(key=lambda f: (f.pid in quiet, *f.rank()))
-    processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.fail_bytes, -p.left_bytes,
-                                  p.pid or 0))
+    processes.sort(key=lambda p: (p.role in QUIET_ROLES, not p.unreadable, -p.fail_bytes,
+                                  -p.left_bytes, p.pid or 0))
     wrappers = Wrappers()
     for s in all_series:
         wrappers.update(s.wrappers)
@@ -384,6 +400,9 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
 
 def _notes(processes: list[ProcessFinding]) -> list[str]:
     notes = []
+    for p in processes:
+        for skipped in p.skipped:
+            notes.append(f"dump left out (pid {p.pid}): {skipped}")
     single = [p for p in processes if p.verdict == "unjudged" and p.role not in QUIET_ROLES]
     if single:
         notes.append("one dump shows what is live, not what grows: a leak needs a series "
@@ -391,9 +410,9 @@ def _notes(processes: list[ProcessFinding]) -> list[str]:
                      "BYTES fails on what is left at exit")
     short = [p for p in processes if p.verdict == "undecided"]
     if short:
-        notes.append(f"fewer than {trend.MIN_WINDOW} running dumps cannot tell a leak from a "
-                     "cache that is still filling: growth is reported as 'growing'; take "
-                     "more dumps")
+        notes.append("a site that grew without proof of a leak is 'growing': its series cannot "
+                     "yet tell a leak from a cache that is still filling (take more dumps); "
+                     "--fail-on-leak counts it")
     if any(p.exit_bytes is not None for p in processes):
         notes.append("the dump written at exit is not judged as a point of the series (it "
                      "comes whenever the program ended, after a clean shutdown most memory is "

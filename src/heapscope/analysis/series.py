@@ -61,6 +61,7 @@ class ProcessSeries:
     kinds: list[str] = field(default_factory=list)  # per dump: "f", "i", "m", "u" or ""
     site_via: dict[SiteKey, tuple[ViaFrame, ...]] = field(default_factory=dict)
     wrappers: Wrappers = field(default_factory=Wrappers)
+    skipped: list[str] = field(default_factory=list)  # "path: problem" of dumps left out
 
     @property
     def count(self) -> int:
@@ -84,6 +85,12 @@ class ProcessSeries:
         if any(b < a for a, b in itertools.pairwise(vals)) or vals[-1] <= vals[0]:
             return None
         return [t - vals[0] for t in vals]
+
+
+def unreadable_series(pid: int | None, reasons: list[str]) -> ProcessSeries:
+    """The series of a process none of whose dumps could be read, and why."""
+    empty = np.zeros((0, 0))
+    return ProcessSeries(pid, [], [], empty, empty, empty, {}, None, skipped=reasons)
 
 
 def frame_texts(loc: Location) -> list[str]:
@@ -130,15 +137,17 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
     scanner = Scanner(memory)
     dumps: list[DumpCounts] = []
     parsed: list[Profile] = []
+    skipped: list[str] = []
     if keep_raw:
         for k, path in enumerate(paths):
             if progress is not None:
                 progress(f"reading dumps of pid {pid}", k, len(paths))
             try:
                 d, profile = scanner.read(path, keep=True)
-            except HeapscopeError:
+            except HeapscopeError as e:
                 if len(paths) == 1:
                     raise
+                skipped.append(str(e))
                 continue
             dumps.append(d)
             if profile is not None:
@@ -152,13 +161,13 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                 # series can do without it. A damaged one among older ones is skipped too.
                 if len(paths) == 1:
                     raise got
+                skipped.append(str(got))
                 continue
             dumps.append(got)
     if memory is not None:
         memory.save()
     if not dumps:
-        return ProcessSeries(pid, [], [], np.zeros((0, 0)), np.zeros((0, 0)),
-                             np.zeros((0, 0)), {}, None)
+        return unreadable_series(pid, skipped)
     table = scanner.table.stacks
     # Only the stacks these dumps use (a remembered table may hold stacks of dumps since gone).
     used = np.unique(np.concatenate([d.ids for d in dumps])) if dumps else np.zeros(0, int)
@@ -191,7 +200,7 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
     return ProcessSeries(pid, [d.path for d in dumps], sites, values, objects, samples,
                          site_stacks, pruned.with_(samples=()), [d.time for d in dumps],
                          diagnostics, kept_raw, [d.kind for d in dumps], site_via,
-                         folded.wrappers)
+                         folded.wrappers, skipped)
 
 
 def _site_via(sites: list[SiteKey], used: npt.NDArray[np.int64],

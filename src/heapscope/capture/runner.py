@@ -13,7 +13,12 @@ from heapscope.analysis.fold import FramePolicy
 from heapscope.analysis.leaks import LeakReport, ProcessFinding, find_leaks
 from heapscope.analysis.ownership import ProcessFacts, exe_aliases
 from heapscope.analysis.processes import QUIET_ROLES, role
-from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
+from heapscope.analysis.series import (
+    ProcessSeries,
+    group_by_pid,
+    load_series,
+    unreadable_series,
+)
 from heapscope.capture import session as sess
 from heapscope.capture.conf import build_conf, env_var
 from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspect_target
@@ -211,7 +216,9 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
             series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize, aliases=aliases,
                                  frames=opts.frames)
         except HeapscopeError as e:
-            notes.append(str(e))
+            # Its dumps exist but cannot be read: the process is "unreadable", never
+            # "clean" and never dropped (the run fails, naming the reason).
+            all_series.append(unreadable_series(pid, [str(e)]))
             continue
         diagnostics.extend(series.diagnostics)
         for dump, raw in zip(series.paths, series.raw, strict=False):

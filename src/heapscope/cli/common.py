@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from heapscope.analysis.filter import select_threads
 from heapscope.analysis.fold import FramePolicy, Wrappers
 from heapscope.analysis.top import SAMPLE_INDEX
+from heapscope.errors import InputError
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
@@ -111,15 +112,26 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     thread = getattr(args, "thread", None)
     out = []
     wrappers = Wrappers()
+    failed: list[InputError] = []
     for path in paths:
-        prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
-                       frames=policy)
+        try:
+            prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
+                           frames=policy)
+        except InputError as e:
+            if len(paths) == 1:
+                raise
+            # One bad dump among several: say which and why, go on with the rest.
+            print(f"heapscope: warning: skipped {e}", file=sys.stderr)
+            failed.append(e)
+            continue
         print_diagnostics(prep.diagnostics, args.verbose)
         wrappers.update(prep.wrappers)
         profile = alias_modules(prep.profile, aliases or {})
         if thread:
             profile = select_threads(profile, thread)
         out.append(profile)
+    if failed and not out:
+        raise failed[0]
     if args.verbose and wrappers.describe():
         print(f"heapscope: {wrappers.describe()}", file=sys.stderr)
     args.wrappers = wrappers

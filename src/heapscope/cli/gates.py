@@ -12,6 +12,7 @@ from heapscope.units import human_bytes, parse_size
 
 LEAK_EXIT = 10  # leaks (or memory left live) above the threshold
 UNJUDGED_EXIT = 11  # --fail-on-leak, but no process had a series to judge
+UNREADABLE_EXIT = 12  # a process wrote dumps and none of them could be read
 
 
 def add_gate_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -45,8 +46,14 @@ def thresholds(args: argparse.Namespace, paths: list[str] | None = None
 
 
 def gate(report: LeakReport, leak: int | None, live: int | None) -> int:
-    """The exit status the thresholds ask for (0 when none is crossed), with one line each."""
+    """The exit status the thresholds ask for (0 when none is crossed), with one line each.
+    A process whose dumps could not be read fails whatever the thresholds: nobody looked."""
     status = 0
+    for p in report.processes:
+        if p.unreadable:
+            print(f"heapscope: no dump of pid {p.pid} could be read ({p.unreadable}): "
+                  f"exit {UNREADABLE_EXIT}", file=sys.stderr)
+            status = UNREADABLE_EXIT
     if leak is not None:
         held = report.leak_bytes
         judged = [p for p in report.processes if p.judged >= 2]
@@ -55,12 +62,12 @@ def gate(report: LeakReport, leak: int | None, live: int | None) -> int:
         if held > leak:
             print(f"heapscope: leaks hold {human_bytes(held)} ({int(held)} bytes > {leak}): "
                   f"exit {LEAK_EXIT}", file=sys.stderr)
-            status = LEAK_EXIT
+            status = status or LEAK_EXIT
         elif not judged:
             print("heapscope: --fail-on-leak needs a series of dumps and every process has "
                   "one: nothing could be judged (take dumps as it runs: run --every SECONDS, "
                   f"or use --fail-on-live BYTES): exit {UNJUDGED_EXIT}", file=sys.stderr)
-            status = UNJUDGED_EXIT
+            status = status or UNJUDGED_EXIT
         elif unjudged:
             pids = ", ".join(str(p.pid) for p in unjudged[:8])
             print(f"heapscope: note: {len(unjudged)} process(es) with a single dump were not "

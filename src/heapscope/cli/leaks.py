@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from heapscope.analysis.leaks import find_leaks
-from heapscope.analysis.series import group_by_pid, load_series
+from heapscope.analysis.series import group_by_pid, load_series, unreadable_series
 from heapscope.analysis.suppress import read_file
 from heapscope.capture.session import read_manifest
 from heapscope.cli.common import (
@@ -22,7 +22,7 @@ from heapscope.cli.common import (
 )
 from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
-from heapscope.errors import UsageError
+from heapscope.errors import InputError, UsageError
 from heapscope.prepare import expand_inputs, is_session
 from heapscope.progress import DelayedProgress
 from heapscope.render.commands import print_commands
@@ -74,8 +74,16 @@ def run(args: argparse.Namespace) -> int:
     frames = frame_policy(args)
     with DelayedProgress() as bar:
         aliases = session_aliases(args.paths)
-        series = [load_series(pid, paths, opts, bar.update, aliases=aliases, frames=frames)
-                  for pid, paths in group_by_pid(dumps).items()]
+        groups = group_by_pid(dumps)
+        series = []
+        for pid, paths in groups.items():
+            try:
+                series.append(load_series(pid, paths, opts, bar.update, aliases=aliases,
+                                          frames=frames))
+            except InputError as e:
+                if len(groups) == 1:
+                    raise  # the one thing asked for cannot be read: say so and stop
+                series.append(unreadable_series(pid, [str(e)]))
     for s in series:
         print_diagnostics(tuple(s.diagnostics), args.verbose)
     report = find_leaks(series, info=info, root=root, suppressions=rules)

@@ -33,7 +33,8 @@ _STYLE = {LEAK: "bold red", GROWING: "magenta", trend.BOUNDED: "yellow", trend.C
           LIVE: "bold", trend.STEADY: "dim", EXPECTED: "dim", INHERITED: "dim",
           SUPPRESSED: "dim"}
 _PROCESS = {"leaks": "[bold red]LEAKS[/]", "undecided": "[magenta]undecided[/]",
-            "clean": "clean", "unjudged": "one dump", "no dumps": "no dumps"}
+            "clean": "clean", "unjudged": "one dump", "no dumps": "no dumps",
+            "unreadable": "[bold red]UNREADABLE[/]"}
 
 
 def _signed(value: float) -> str:
@@ -111,8 +112,11 @@ def _process_line(p: ProcessFinding, window: bool = False) -> str:
         extra += f"  growing {human_bytes(p.growing_bytes)}"
     if p.exit_bytes is not None:
         extra += f"  at exit {human_bytes(p.exit_bytes)}"
-    return (f"  {p.pid!s:>8}  {p.role:<7}  {mark:<9}  {dumps:<15}  "
+    line = (f"  {p.pid!s:>8}  {p.role:<7}  {mark:<9}  {dumps:<15}  "
             f"live {human_bytes(p.live_bytes)}{extra}  {escape(cmd[:70])}")
+    if p.unreadable:
+        line += f"\n            no dump could be read: {escape(p.unreadable)}"
+    return line
 
 
 def _summary(report: LeakReport, shown: list[Finding]) -> str:

@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from types import MappingProxyType
 
+from heapscope.errors import ToolError
 from heapscope.model import Frame, Location, Mapping, Profile
 from heapscope.symbols.cache import CacheEntry, Chain, SymbolCache
 from heapscope.symbols.debuginfo import DebugFinder
@@ -81,6 +82,7 @@ class _Run:
         # Equal raw chains share one tuple of Frames (lines repeat across nearby addresses).
         self._frames_memo: dict[Chain, tuple[Frame, ...]] = {}
         self._frame_memo: dict[tuple[RawFrame, bool], Frame] = {}
+        self.no_symbolizer: str = ""  # why the DWARF symbolizer cannot run, once known
 
     def run(self) -> Symbolized:
         """Symbolize every address of the profile."""
@@ -197,11 +199,22 @@ class _Run:
             # Only results as good as the entry claims to be may be cached: never symtab
             # answers in a DWARF entry (backend failure, or the debug file went away).
             cacheable = dwarf == entry.dwarf
-            if dwarf:
+            if dwarf and self.no_symbolizer:
+                cacheable = False
+            elif dwarf:
                 try:
                     raw = self.backend.lookup(best.path, missing)
                 except BackendError as exc:
                     mod.warn(f"{exc}; using the symbol table")
+                    cacheable = False
+                except ToolError as exc:
+                    # No symbolizer at all: names from symbol tables (functions, no lines)
+                    # are still names; never nothing. Said once for the whole run.
+                    self.no_symbolizer = str(exc)
+                    self.diagnostics.append(Diagnostic(
+                        "llvm-symbolizer", "warning",
+                        f"{exc}. Names come from the ELF symbol tables for now "
+                        "(functions, no file:line, no inlined frames)"))
                     cacheable = False
             for vaddr, chain in zip(missing, raw, strict=True):
                 entry.frames[vaddr] = tuple(_checked(chain, vaddr, table))

@@ -1,0 +1,91 @@
+"""Fail closed: when heapscope cannot look, it says so and the exit status says so too.
+
+- no llvm-symbolizer: names come from the ELF symbol table (function, no line), one warning,
+  and ``run --fail-on-leak`` still fails on the leak;
+- dumps that cannot be read: the process is ``unreadable`` (exit 12), never ``clean``; a
+  damaged dump in a series is left out with a note naming it; ``top`` on several dumps
+  warns about the one it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jemalloc as je
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+LEAK_EXIT, UNREADABLE_EXIT = 10, 12
+
+
+def hs(*args: str, cache: Path, env: dict[str, str] | None = None,
+       timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return je.run_heapscope(*args, cache=cache, env=env, timeout=timeout, unprofiled=True)
+
+
+@pytest.fixture(scope="module")
+def slow_leak(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path) -> Path:
+    if not shutil.which("gdb"):
+        pytest.skip("gdb not installed: apt-get install gdb")
+    prog = tmp_path_factory.mktemp("fail-closed") / "slow_leak"
+    je.build([je.PROGRAMS_DIR / "slow_leak.c"], prog, ("-O1", "-g"))
+    return prog
+
+
+@pytest.fixture(scope="module")
+def no_symbolizer_run(slow_leak: Path, tmp_path_factory: pytest.TempPathFactory
+                      ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    root = tmp_path_factory.mktemp("nosym")
+    s = root / "s"
+    p = hs("run", "-o", str(s), "--sample", "4k", "--every", "0.25", "--fail-on-leak", "1M",
+           "--", str(slow_leak), cache=root / "c",
+           env={"HEAPSCOPE_SYMBOLIZER": str(root / "no-such-symbolizer")})
+    return s, p
+
+
+def test_missing_symbolizer_still_names_the_leak_and_fails(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    s, p = no_symbolizer_run
+    assert p.returncode == LEAK_EXIT, p.stderr
+    warnings = [ln for ln in p.stderr.splitlines() if "no-such-symbolizer" in ln]
+    assert len(warnings) == 1 and "symbol table" in warnings[0], p.stderr
+    first = json.loads((s / "report.json").read_text())["suspects"][0]
+    # The function from the ELF symbol table; no line without DWARF.
+    assert (first["function"], first["line"]) == ("slow_leak", 0), first
+    assert first["verdict"] in ("leak", "growing"), first
+
+
+def test_damaged_dumps_are_named_and_never_clean(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]],
+        tmp_path: Path) -> None:
+    s, _ = no_symbolizer_run
+    folder = tmp_path / "dumps"
+    shutil.copytree(s / "dumps", folder)
+    series = sorted(folder.glob("jeprof.*.m*.heap"), key=lambda d: int(d.name.split(".")[2]))
+    assert len(series) >= 4, series
+    damaged = series[1]
+    damaged.write_bytes(damaged.read_bytes()[:300])  # cut in the middle of a stack
+    (folder / "jeprof.4242.0.f.heap").write_text("heap_v2/garbage\n")
+    p = hs("leaks", "--format", "json", str(folder), cache=tmp_path / "c")
+    assert p.returncode == UNREADABLE_EXIT, p.stderr
+    assert "no dump of pid 4242 could be read" in p.stderr
+    doc = json.loads(p.stdout)
+    procs = {q["pid"]: q for q in doc["processes"]}
+    assert procs[4242]["verdict"] == "unreadable", procs[4242]
+    assert "bad first line" in procs[4242]["unreadable"]
+    main = next(q for pid, q in procs.items() if pid != 4242)
+    assert any(damaged.name in x for x in main["skipped_dumps"]), main
+    assert any(damaged.name in n for n in doc["notes"]), doc["notes"]
+    assert doc["suspects"][0]["function"] == "slow_leak"
+
+    # top given several dumps: the damaged one is skipped with a warning naming it.
+    top = hs("top", str(damaged), str(series[2]), cache=tmp_path / "c")
+    assert top.returncode == 0, top.stderr
+    assert f"skipped {damaged}" in top.stderr and "slow_leak" in top.stdout
+    # ... and given only that one, it is a one-line error.
+    alone = hs("top", str(damaged), cache=tmp_path / "c")
+    assert alone.returncode == 3 and len(alone.stderr.strip().splitlines()) == 1, alone.stderr
