@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import jemalloc as je
@@ -89,3 +91,60 @@ def test_damaged_dumps_are_named_and_never_clean(
     # ... and given only that one, it is a one-line error.
     alone = hs("top", str(damaged), cache=tmp_path / "c")
     assert alone.returncode == 3 and len(alone.stderr.strip().splitlines()) == 1, alone.stderr
+
+
+def _build_variant(src: Path, out: Path, name: str) -> None:
+    """slow_leak.c with its leaking function renamed: another build at the same path."""
+    text = src.read_text().replace("slow_leak", name)
+    variant = out.with_suffix(".c")
+    variant.write_text(text)
+    je.build([variant], out, ("-O1", "-g"))
+
+
+def test_a_rebuilt_binary_never_names_an_old_dump(gcc: Path, libjemalloc: Path,
+                                                  tmp_path: Path) -> None:
+    prog = tmp_path / "prog"
+    je.build([je.PROGRAMS_DIR / "slow_leak.c"], prog, ("-O1", "-g"))
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--sample", "4k", "--no-symbolize", "--", str(prog),
+           cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    recorded = json.loads((s / "manifest.json").read_text())["modules"][str(prog)]
+    assert set(recorded) == {"build_id", "size", "mtime_ns"} and recorded["build_id"]
+    dump = next((s / "dumps").glob("jeprof.*.heap"))
+    _build_variant(je.PROGRAMS_DIR / "slow_leak.c", prog, "renamed_leak")  # rebuilt since
+
+    top = hs("top", "--format", "json", str(dump), cache=tmp_path / "c2")
+    names = [r["name"] for r in json.loads(top.stdout)["rows"]]
+    assert not any("renamed_leak" in n or "slow_leak" in n for n in names), names
+    assert any(n.startswith("prog+0x") for n in names), names
+    assert "build-id differs from the one recorded" in top.stderr, top.stderr
+    forced = hs("top", "--format", "json", "--force-symbols", str(dump), cache=tmp_path / "c3")
+    assert "renamed_leak" in [r["name"] for r in json.loads(forced.stdout)["rows"]]
+    assert "used anyway (--force-symbols)" in forced.stderr
+
+
+def test_a_binary_replaced_while_running_is_not_trusted(gcc: Path, libjemalloc: Path,
+                                                        tmp_path: Path) -> None:
+    """The dump maps the program '(deleted)'; the file now at its path is another build and
+    nothing recorded proves otherwise: its names are not used."""
+    prog = tmp_path / "prog"
+    je.build([je.PROGRAMS_DIR / "slow_leak.c"], prog, ("-O1", "-g"))
+    other = tmp_path / "other"
+    _build_variant(je.PROGRAMS_DIR / "slow_leak.c", other, "renamed_leak")
+    s = tmp_path / "s"
+    run = subprocess.Popen(
+        [*je.HEAPSCOPE_CMD, "run", "-o", str(s), "--sample", "4k", "--no-symbolize", "--",
+         str(prog)], env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # the program runs about 3 s
+    prog.unlink()
+    shutil.copy(other, prog)  # replaced under the running process
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    dump = next((s / "dumps").glob("jeprof.*.heap"))
+    assert f"{prog} (deleted)" in dump.read_text(errors="replace")
+    top = hs("top", "--format", "json", str(dump), cache=tmp_path / "c2")
+    names = [r["name"] for r in json.loads(top.stdout)["rows"]]
+    assert not any("renamed_leak" in n for n in names), names
+    assert "was deleted or replaced while the process ran" in top.stderr, top.stderr

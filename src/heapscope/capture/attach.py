@@ -137,7 +137,22 @@ class Controller:
         rc = r.rcs.get("prof.dump", 0)
         if rc != 0 or not os.path.exists(path):
             raise AttachError(_dump_problem(self.pid, path, rc))
+        record_modules(os.path.dirname(os.path.dirname(path)), self.pid)
         return r
+
+
+def record_modules(session: str, pid: int) -> None:
+    """Add to the session's manifest the build-id, size and mtime of each file the target
+    has mapped executable and the manifest does not list yet (read through
+    /proc/PID/map_files: the very file that runs, even if its path was replaced)."""
+    m = sess.read_manifest(session)
+    if not m:
+        return
+    known = sess.recorded_modules(m)
+    new = {p: src for p, src in sess.mapped_modules(pid).items() if p not in known}
+    if new:
+        m["modules"] = {**m.get("modules", {}), **sess.module_facts(new)}
+        sess.write_json(os.path.join(session, sess.MANIFEST), m)
 
 
 def _dump_problem(pid: int, path: str, rc: int) -> str:

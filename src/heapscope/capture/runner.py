@@ -28,7 +28,6 @@ from heapscope.errors import HeapscopeError
 from heapscope.formats import symbolized
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions
-from heapscope.symbols.elf import ElfError, ElfInfo
 
 JAVA_FLAGS = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit"
 
@@ -184,16 +183,12 @@ def _final_dumps(dumps_dir: str) -> dict[int, list[str]]:
     return {pid: paths for pid, paths in group_by_pid(names).items() if pid is not None}
 
 
-def _module_build_ids(profiles: list[Profile]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for p in profiles:
-        for m in p.mappings:
-            if m.executable and not m.anonymous and m.path not in out:
-                try:
-                    out[m.path] = ElfInfo.read(m.path).build_id
-                except (ElfError, OSError):
-                    out[m.path] = ""
-    return out
+def _module_paths(profiles: list[Profile]) -> dict[str, str]:
+    # A mapping the dump marks "(deleted)" was replaced while the program ran: the file now
+    # at its path is not the one that ran, so nothing is recorded for it.
+    deleted = {m.path for p in profiles for m in p.mappings if m.deleted}
+    return {m.path: m.path for p in profiles for m in p.mappings
+            if m.executable and not m.anonymous and m.path not in deleted}
 
 
 def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
@@ -242,7 +237,9 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         "exit_status": result.exit_status,
         "signal": result.signal,
         "processes": [p.as_dict() for p in sorted(procs.values(), key=lambda p: p.pid)],
-        "modules": _module_build_ids([s.profile for s in all_series if s.profile is not None]),
+        "modules": {**sess.module_facts(_module_paths(
+            [s.profile for s in all_series if s.profile is not None])),
+            **manifest.get("modules", {})},
         "process_events": result.process_events,
         "leak_summaries": summaries,
     })

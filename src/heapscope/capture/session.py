@@ -122,3 +122,54 @@ def read_manifest(session: str) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def module_facts(paths: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``{path: {build_id, size, mtime_ns}}`` for modules as they are now: what a session
+    records when its dumps are taken, so that a file rebuilt later is never used to name
+    them. ``paths`` maps each module's path to the file to read it from (the same path, or
+    ``/proc/PID/map_files/…`` for the very file a live process has mapped)."""
+    from heapscope.symbols.elf import ElfError, ElfInfo
+
+    out: dict[str, dict[str, Any]] = {}
+    for path, source in paths.items():
+        try:
+            st = os.stat(source)
+            build_id = ElfInfo.read(source).build_id
+        except (OSError, ElfError):
+            continue
+        out[path] = {"build_id": build_id, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return out
+
+
+def mapped_modules(pid: int) -> dict[str, str]:
+    """A live process's executable file mappings: path -> ``/proc/PID/map_files/…`` (the
+    mapped file itself, even when the path now names another one)."""
+    out: dict[str, str] = {}
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or "x" not in parts[1]:
+                    continue
+                path = parts[5].rstrip("\n")
+                path = path.removesuffix(" (deleted)")
+                if path.startswith("/") and path not in out:
+                    out[path] = f"/proc/{pid}/map_files/{parts[0]}"
+    except OSError:
+        return {}
+    return out
+
+
+def recorded_modules(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The module facts a manifest recorded (older sessions recorded build-ids only)."""
+    raw = manifest.get("modules")
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for path, facts in raw.items():
+        if isinstance(facts, str):
+            out[str(path)] = {"build_id": facts}
+        elif isinstance(facts, dict):
+            out[str(path)] = {k: facts.get(k) for k in ("build_id", "size", "mtime_ns")}
+    return out

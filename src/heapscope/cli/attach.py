@@ -237,7 +237,8 @@ def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
 def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: Sequence[str],
             kind: str, note: str, window: dict[str, Any] | None = None) -> int:
     with DelayedProgress() as bar:
-        report = at.analyse(session, ctl.pid, list(dumps), symbol_options(args), bar.update)
+        report = at.analyse(session, ctl.pid, list(dumps), symbol_options(args, [session]),
+                            bar.update)
     if window is not None:
         report.window = window
         report.notes = []

@@ -15,7 +15,7 @@ from heapscope.errors import InputError
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
-from heapscope.symbols.options import default_cache_dir
+from heapscope.symbols.options import ModuleFacts, default_cache_dir
 
 if TYPE_CHECKING:
     from heapscope.analysis.ownership import ProcessFacts
@@ -33,6 +33,9 @@ def add_symbol_options(p: argparse.ArgumentParser) -> None:
                    help="resolve the dump's paths under DIR (dumps from containers/other hosts)")
     g.add_argument("--debug-dir", action="append", default=[], metavar="DIR",
                    help="a folder holding .build-id/xx/rest.debug files (repeatable)")
+    g.add_argument("--force-symbols", action="store_true",
+                   help="name code even from a file that differs from the one recorded when "
+                        "the dump was taken (rebuilt, replaced, deleted): names may be wrong")
     g.add_argument("--no-cache", action="store_true",
                    help="do not read or write the symbol cache ($HEAPSCOPE_CACHE_DIR)")
     g.add_argument("-v", "--verbose", action="store_true",
@@ -73,15 +76,39 @@ def add_sample_options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(sample="inuse_space")
 
 
-def symbol_options(args: argparse.Namespace) -> SymbolOptions:
-    """Build SymbolOptions from parsed arguments."""
+def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None
+                   ) -> SymbolOptions:
+    """Build SymbolOptions from parsed arguments, with what the sessions among ``inputs``
+    (session folders, or dumps inside one) recorded of their modules."""
     return SymbolOptions(
         binaries=tuple(args.binary),
         search_paths=tuple(args.search_path),
         sysroot=args.sysroot,
         debug_dirs=tuple(args.debug_dir),
         cache_dir=None if args.no_cache else default_cache_dir(),
+        recorded=recorded_facts(inputs or []),
+        force=bool(getattr(args, "force_symbols", False)),
     )
+
+
+def recorded_facts(inputs: list[str]) -> dict[str, ModuleFacts]:
+    """Module facts the session manifests of ``inputs`` recorded, by module path."""
+    from heapscope.capture.session import read_manifest, recorded_modules
+
+    out: dict[str, ModuleFacts] = {}
+    seen: set[str] = set()
+    for path in inputs:
+        folder = path if os.path.isdir(path) else os.path.dirname(os.path.dirname(
+            os.path.abspath(path)))
+        if folder in seen:
+            continue
+        seen.add(folder)
+        for module, f in recorded_modules(read_manifest(folder)).items():
+            size, mtime = f.get("size"), f.get("mtime_ns")
+            out.setdefault(module, ModuleFacts(
+                str(f.get("build_id") or ""), size if isinstance(size, int) else None,
+                mtime if isinstance(mtime, int) else None))
+    return out
 
 
 def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
@@ -107,7 +134,7 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     frame)."""
     from heapscope.analysis.ownership import alias_modules
 
-    opts = symbol_options(args)
+    opts = symbol_options(args, paths)
     policy = frame_policy(args) if fold else FramePolicy(mode="raw")
     thread = getattr(args, "thread", None)
     out = []

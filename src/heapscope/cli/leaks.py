@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     rules = [r for f in args.suppressions for r in read_file(f)]
     dumps = expand_inputs(args.paths)
     info, root = _session_info(args.paths)
-    opts = symbol_options(args)
+    opts = symbol_options(args, args.paths)
     frames = frame_policy(args)
     with DelayedProgress() as bar:
         aliases = session_aliases(args.paths)

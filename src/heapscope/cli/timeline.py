@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     if ext not in (".html", ".htm", ".png", ".svg"):
         raise UsageError("-o must end in .html, .png or .svg")
     with DelayedProgress() as bar:
-        tl = collect_timeline(args.session, symbol_options(args), top=max(args.top, 0),
+        tl = collect_timeline(args.session, symbol_options(args, [args.session]),
+                              top=max(args.top, 0),
                               progress=bar.update)
         bar.update(f"writing {args.output}", 0, 0)
         if ext == ".png":

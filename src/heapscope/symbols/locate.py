@@ -107,7 +107,9 @@ class Locator:
                 rejected.append(str(exc))
                 continue
             problem = self._mismatch(module, elf)
-            if problem:
+            if problem and self.options.force:
+                module.warn(f"{problem}; used anyway (--force-symbols)")
+            elif problem:
                 rejected.append(problem)
                 continue
             module.elf = elf
@@ -116,19 +118,34 @@ class Locator:
         if rejected:
             for problem in rejected:
                 module.warn(problem)
-            module.warn("no matching file; its addresses are shown as module+offset")
+            module.warn("no matching file; its addresses are shown as module+offset "
+                        "(--force-symbols to use it anyway)")
             return
         deleted = " (deleted while the process ran)" if module.mappings[0].deleted else ""
         module.warn(f"{module.path}{deleted} not found; {HINT}")
 
     def _mismatch(self, module: Module, elf: ElfInfo) -> str:
-        """Why ``elf`` is provably not the file that was mapped, or ""."""
-        want = module.build_id.lower()
+        """Why ``elf`` is not (or is not proven to be) the file that was mapped, or ""."""
+        recorded = self.options.recorded.get(module.path)
+        want = (module.build_id or (recorded.build_id if recorded else "")).lower()
         if want and elf.build_id and want != elf.build_id:
             return (
-                f"build-id differs from the dump's (expected {want[:12]}…, found "
-                f"{elf.build_id[:12]}… in {elf.path}); not used"
+                f"build-id differs from the one recorded when the dump was taken (expected "
+                f"{want[:12]}…, found {elf.build_id[:12]}… in {elf.path}): rebuilt since; "
+                "not used"
             )
+        proven = bool(want) and want == elf.build_id
+        if not proven and recorded is not None and elf.path == module.path:
+            changed = [f"{what} {was} then, {now} now" for what, was, now in (
+                ("size", recorded.size, elf.size), ("mtime_ns", recorded.mtime_ns, elf.mtime_ns))
+                if was is not None and was != now]
+            if changed:
+                return (f"{elf.path} changed since the dump was taken ({'; '.join(changed)}); "
+                        "not used")
+        if not proven and any(m.deleted for m in module.mappings):
+            return (f"{module.path} was deleted or replaced while the process ran (the dump "
+                    f"maps it '(deleted)') and no build-id proves {elf.path} is the file "
+                    "that ran; not used")
         for m in module.mappings:
             if elf.segment_for_mapping(m) is None:
                 return (
@@ -139,8 +156,8 @@ class Locator:
 
     def _check_age(self, module: Module, elf: ElfInfo) -> None:
         proven = bool(module.build_id) and module.build_id.lower() == elf.build_id
-        if proven or self.dump_mtime_ns is None:
-            return
+        if proven or module.path in self.options.recorded or self.dump_mtime_ns is None:
+            return  # a recorded module was checked against its record (see _mismatch)
         if elf.mtime_ns > self.dump_mtime_ns:
             module.warn(
                 f"{elf.path} is newer than the dump and no build-id proves it is the same "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from heapscope.model import Profile
@@ -37,6 +37,19 @@ class SymbolOptions:
     cache_dir: str | None = field(default_factory=default_cache_dir)
     perf_map_dirs: tuple[str, ...] = ()
     system_debug_dir: str = "/usr/lib/debug"
+    # What was recorded of each module when the dump was taken (path -> facts), and whether
+    # to use a file that provably (or possibly) differs from it anyway.
+    recorded: Mapping[str, ModuleFacts] = field(default_factory=dict)
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """A module file as it was when the dump was taken: build-id, size and mtime."""
+
+    build_id: str = ""
+    size: int | None = None
+    mtime_ns: int | None = None
 
 
 @dataclass(frozen=True)
