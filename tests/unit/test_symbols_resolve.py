@@ -12,6 +12,7 @@ from heapscope.model import Mapping
 from heapscope.symbols import SymbolOptions, symbolize
 from heapscope.symbols.elf import ElfInfo
 from heapscope.symbols.llvm import RawFrame
+from heapscope.symbols.options import ModuleFacts
 
 from .test_symbols_support import (
     EXE_BASE,
@@ -234,9 +235,19 @@ def test_path_with_spaces_and_deleted_flag(built: dict[str, Path], tmp_path: Pat
         Mapping(m.start, m.limit, m.offset, m.path, m.perms, deleted=True)
         for m in mappings_for(exe, EXE_BASE)
     ]
+    # Deleted while it ran: the file now at the path is not proven to be the one that ran.
     result = symbolize(profile([[EXE_BASE + start]], maps), opts(tmp_path))
     loc = result.profile.locations[EXE_BASE + start]
-    assert (loc.module, loc.frames[-1].function) == ("prog (v2)", "outer_alloc")
+    assert (loc.module, loc.frames) == ("prog (v2)", ())
+    assert any("was deleted or replaced while the process ran" in str(d)
+               for d in result.diagnostics), result.diagnostics
+    # --force-symbols uses it; a recorded build-id that matches proves it.
+    forced = symbolize(profile([[EXE_BASE + start]], maps), opts(tmp_path, force=True))
+    assert forced.profile.locations[EXE_BASE + start].frames[-1].function == "outer_alloc"
+    proof = ElfInfo.read(str(exe)).build_id
+    recorded = {str(exe): ModuleFacts(proof)}
+    proven = symbolize(profile([[EXE_BASE + start]], maps), opts(tmp_path, recorded=recorded))
+    assert proven.profile.locations[EXE_BASE + start].frames[-1].function == "outer_alloc"
 
     os.unlink(exe)
     result = symbolize(profile([[EXE_BASE + start]], maps), opts(tmp_path))
@@ -288,8 +299,9 @@ def test_build_id_mismatch_diagnostic(built: dict[str, Path], tmp_path: Path) ->
     found = ElfInfo.read(str(pie)).build_id
     text = [str(d) for d in result.diagnostics]
     assert (
-        "warning: inline_prog: build-id differs from the dump's (expected abababababab…, "
-        f"found {found[:12]}… in {pie}); not used"
+        "warning: inline_prog: build-id differs from the one recorded when the dump was "
+        "taken (expected abababababab…, "
+        f"found {found[:12]}… in {pie}): rebuilt since; not used"
     ) in text
     assert result.profile.locations[EXE_BASE + start].frames == ()
 
