@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -148,3 +149,70 @@ def test_a_binary_replaced_while_running_is_not_trusted(gcc: Path, libjemalloc: 
     names = [r["name"] for r in json.loads(top.stdout)["rows"]]
     assert not any("renamed_leak" in n for n in names), names
     assert "was deleted or replaced while the process ran" in top.stderr, top.stderr
+
+
+def _one_line_error(p: subprocess.CompletedProcess[str], path: Path, problem: str) -> None:
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 3 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"heapscope: error: {path}: ") and problem in lines[0], lines
+
+
+def test_hostile_numbers_are_one_line_errors(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]],
+        tmp_path: Path) -> None:
+    s, _ = no_symbolizer_run
+    text = next((s / "dumps").glob("jeprof.*.f.heap")).read_text()
+    cases = {
+        "period": ("heap_v2/" + "9" * 5000 + "\n" + text.split("\n", 1)[1], "too large"),
+        "thread": (text.replace("  t*:", "  t" + "7" * 5000 + ":", 1), "too large"),
+        "count": (text.replace("  t*: ", "  t*: 1" + "0" * 400 + " ", 2), "too large"),
+    }
+    for name, (body, problem) in cases.items():
+        path = tmp_path / f"{name}.heap"
+        path.write_text(body)
+        for cmd in (["top"], ["flamegraph", "-o", str(tmp_path / f"{name}.html")],
+                    ["export", "--format", "pprof", "-o", str(tmp_path / f"{name}.pb.gz")]):
+            _one_line_error(hs(cmd[0], str(path), *cmd[1:], cache=tmp_path / "c"), path,
+                            problem)
+
+
+def test_damaged_json_profiles_are_one_line_errors(tmp_path: Path) -> None:
+    base = {"format": "heapscope-profile", "version": 1, "meta": {"period": 1},
+            "mappings": [], "threads": [], "locations": [], "samples": []}
+    bodies = {
+        "types": json.dumps(dict(base, samples=[["x", "y", 3]])),
+        "index": json.dumps(dict(base, locations=[[1, "m", 0, 5, [["f"]]]])),
+        "nan": json.dumps(dict(base, samples=[[[1], ["NaN", 1, 1, 1], []]])),
+        "deep": '{"format": "heapscope-profile", "samples": ' + "[" * 100000 + "]" * 100000
+                + "}",
+    }
+    for name, body in bodies.items():
+        path = tmp_path / f"{name}.heap.json.gz"
+        path.write_bytes(gzip.compress(body.encode()))
+        _one_line_error(hs("top", str(path), cache=tmp_path / "c"), path, "damaged")
+
+
+def test_a_fifo_in_the_memory_map_does_not_hang(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]],
+        tmp_path: Path) -> None:
+    s, _ = no_symbolizer_run
+    dump = next((s / "dumps").glob("jeprof.*.f.heap"))
+    exe = next(ln.split()[-1] for ln in dump.read_text().splitlines() if ln.endswith("slow_leak"))
+    fifo = tmp_path / "fifo_program"
+    os.mkfifo(fifo)
+    hostile = tmp_path / "fifo.heap"
+    hostile.write_text(dump.read_text().replace(exe, str(fifo)))
+    for cmd in (["top"], ["export", "--format", "pprof", "-o", str(tmp_path / "o.pb.gz")],
+                ["flamegraph", "-o", str(tmp_path / "f.html")]):
+        p = hs(cmd[0], str(hostile), *cmd[1:], cache=tmp_path / "c", timeout=60)
+        assert p.returncode == 0, p.stderr
+    # A FIFO given as the dump itself is refused at once, not waited on.
+    p = hs("top", str(fifo), cache=tmp_path / "c", timeout=60)
+    _one_line_error(p, fifo, "not a regular file")
+
+
+def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.heap.gz"
+    bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))
+    p = hs("top", str(bomb), cache=tmp_path / "c", env={"HEAPSCOPE_MAX_INPUT": str(1 << 20)})
+    _one_line_error(p, bomb, "HEAPSCOPE_MAX_INPUT")

@@ -27,8 +27,10 @@ import time
 from typing import Any
 
 from heapscope.errors import UsageError
+from heapscope.files import open_regular
 
 MANIFEST = "manifest.json"
+MAX_MANIFEST = 64 << 20  # a manifest is a few KB; more is not one
 
 
 def default_name(cmd: list[str], now: float | None = None) -> str:
@@ -117,10 +119,10 @@ def collect_perf_maps(session: str, pids: list[int]) -> list[str]:
 def read_manifest(session: str) -> dict[str, Any]:
     """The manifest of a session folder ({} when absent or unreadable)."""
     try:
-        with open(os.path.join(session, MANIFEST), encoding="utf-8") as f:
-            data = json.load(f)
+        with open_regular(os.path.join(session, MANIFEST)) as f:
+            data = json.loads(f.read(MAX_MANIFEST + 1)[:MAX_MANIFEST].decode("utf-8"))
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 

@@ -16,10 +16,14 @@ from heapscope.errors import InputError
 from heapscope.formats.maps import parse_maps
 from heapscope.model import Profile, Sample, Thread, ThreadValues
 
-_HEADER = re.compile(r"^heap_v2/(\d+)\s*$")
+# Numbers have at most 19 digits (they are 64-bit counters): longer ones are damage, and
+# would make Python's int() refuse (4,300 digits) or turn into inf.
+_HEADER = re.compile(r"^heap_v2/(\d{1,19})\s*$")
 _COUNTS = re.compile(
-    r"^\s*t(\*|\d+):\s*(\d+):\s*(\d+)\s*\[\s*(\d+):\s*(\d+)\s*\](?:[ \t](.*))?$"
+    r"^\s*t(\*|\d{1,19}):\s*(\d{1,19}):\s*(\d{1,19})\s*\[\s*(\d{1,19}):\s*(\d{1,19})\s*\]"
+    r"(?:[ \t](.*))?$"
 )
+_LONG_NUMBER = re.compile(r"\d{20}")
 
 
 def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], str]:
@@ -31,7 +35,8 @@ def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], 
         nums = n1[:-1] + s1 + n2[1:-1] + s2[:-1]
         if (tag[:1] == "t" and tag[-1:] == ":" and n1[-1:] == ":" and n2[:1] == "["
                 and n2[-1:] == ":" and s2[-1:] == "]" and (tid == "*" or tid.isdigit())
-                and nums.isascii() and nums.isdigit() and tid.isascii()):
+                and nums.isascii() and nums.isdigit() and tid.isascii()
+                and len(nums) <= 76 and len(tid) <= 19):
             try:
                 values = (float(n1[:-1]), float(s1), float(n2[1:-1]), float(s2[:-1]))
             except ValueError:  # an empty field: let the regex give the precise error
@@ -40,6 +45,8 @@ def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], 
                 return tid, values, ""
     m = _COUNTS.match(line)
     if m is None:
+        if _LONG_NUMBER.search(line.split("]", 1)[0]):
+            raise InputError(path, f"line {lineno}: number too large (over 19 digits)")
         raise InputError(path, f"line {lineno}: malformed count line: {line.strip()[:60]!r}")
     values = (float(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
     return m.group(1), values, (m.group(6) or "").rstrip("\r\n")
@@ -145,6 +152,8 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
         start += 1
     m = _HEADER.match(lines[start]) if start < len(lines) else None
     if m is None:
+        if start < len(lines) and _LONG_NUMBER.search(lines[start][:40]):
+            raise InputError(path, "line 1: sample period too large (over 19 digits)")
         raise InputError(path, "not a jemalloc heap_v2 profile (bad first line)")
     period = int(m.group(1))
 

@@ -6,13 +6,13 @@ jemalloc names dumps ``<prefix>.<pid>.<seq>.<kind><n>.heap`` (kind ``f`` final, 
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import zlib
 from dataclasses import dataclass
 
 from heapscope.errors import InputError
+from heapscope.files import NotRegularFile, open_regular
 from heapscope.formats.gperftools import parse_legacy
 from heapscope.formats.jemalloc import ParseCache, parse_heap_v2_text
 from heapscope.model import Profile
@@ -54,10 +54,42 @@ def dump_order(path: str) -> tuple[int, int, int, str]:
     return (d.pid, d.seq, (1 << 30) if d.kind == "f" else d.index, path)
 
 
+MAX_INPUT_ENV = "HEAPSCOPE_MAX_INPUT"
+DEFAULT_MAX_INPUT = 4 << 30  # bytes a compressed input may expand to
+
+
+def max_input() -> int:
+    """How many bytes a compressed input may expand to: $HEAPSCOPE_MAX_INPUT (bytes), else
+    4 GiB (far above real dumps, far below what a few-MB "gzip bomb" can expand to)."""
+    try:
+        return max(1, int(os.environ.get(MAX_INPUT_ENV, "")[:20]))
+    except ValueError:
+        return DEFAULT_MAX_INPUT
+
+
+def gunzip(data: bytes, path: str) -> bytes:
+    """Decompress gzip ``data`` (all members) up to :func:`max_input` bytes."""
+    cap = max_input()
+    out = []
+    total = 0
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        chunk = d.decompress(data, cap - total + 1)
+        total += len(chunk)
+        if total > cap or d.unconsumed_tail:
+            raise InputError(path, f"expands to more than {cap} bytes ({MAX_INPUT_ENV}=BYTES "
+                                   "to allow more)")
+        out.append(chunk)
+        if not d.eof:
+            raise EOFError("truncated gzip stream")
+        data = d.unused_data.lstrip(b"\x00")
+    return b"".join(out)
+
+
 def read_text(path: str) -> str:
     """Read a dump's text, transparently decompressing gzip, with one-line errors."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read()
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
@@ -65,13 +97,15 @@ def read_text(path: str) -> str:
         raise InputError(path, "is a directory, not a dump file") from None
     except PermissionError:
         raise InputError(path, "permission denied") from None
+    except NotRegularFile:
+        raise InputError(path, "not a regular file (a FIFO, device or socket?)") from None
     except OSError as e:
         raise InputError(path, f"cannot read: {e.strerror or e}") from None
     if not data:
         raise InputError(path, "empty file (is the dump still being written?)")
     if data[:2] == _GZIP_MAGIC:
         try:
-            data = gzip.decompress(data)
+            data = gunzip(data, path)
         except (OSError, EOFError, zlib.error):
             raise InputError(path, "corrupt or truncated gzip data") from None
         if not data:

@@ -7,8 +7,9 @@ profiles without a protobuf dependency.
 
 from __future__ import annotations
 
-import gzip
 from typing import Any
+
+from heapscope.formats.load import gunzip
 
 _VARINT = 0  # protobuf wire types
 _LEN = 2
@@ -145,5 +146,5 @@ def _decode(data: bytes, kind: str) -> dict[str, Any]:
 def decode_profile(data: bytes) -> dict[str, Any]:
     """Decode profile.proto bytes (gzipped or not) into nested dicts named as in the proto."""
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        data = gunzip(data, "profile")
     return _decode(data, "Profile")

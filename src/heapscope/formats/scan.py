@@ -26,10 +26,11 @@ from heapscope.formats.load import load, parse_dump_name, read_text
 from heapscope.formats.maps import parse_maps
 from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Mapping, Profile
 
-_HEADER = re.compile(r"heap_v2/(\d+)[ \t]*\n")
+_HEADER = re.compile(r"heap_v2/(\d{1,19})[ \t]*\n")
 # Every record starts a line with "@"; a record whose next line is not its t* counts still
 # matches, with empty counts, which the conversion to numbers then refuses.
-_RECORD = re.compile(r"^@[ \t]*([^\n]*)\n(?:[ \t]*t\*:[ \t]*(\d+):[ \t]*(\d+)[ \t]*\[)?", re.M)
+_RECORD = re.compile(
+    r"^@[ \t]*([^\n]*)\n(?:[ \t]*t\*:[ \t]*(\d{1,19}):[ \t]*(\d{1,19})[ \t]*\[)?", re.M)
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import tempfile
 from types import MappingProxyType
@@ -76,8 +77,8 @@ def decode(data: dict[str, Any], source: str) -> Profile:
             )
         return Profile(
             samples=tuple(
-                Sample(tuple(stack), tuple(float(v) for v in values),
-                       tuple(ThreadValues(int(t), tuple(vs)) for t, vs in threads))
+                Sample(tuple(int(a) for a in stack), _finite(values),
+                       tuple(ThreadValues(int(t), _finite(vs)) for t, vs in threads))
                 for stack, values, threads in data["samples"]
             ),
             mappings=mappings,
@@ -85,21 +86,30 @@ def decode(data: dict[str, Any], source: str) -> Profile:
             period=int(meta["period"]),
             sampling=str(meta["sampling"]),
             unsampled=bool(meta["unsampled"]),
-            header=tuple(meta["header"]),
-            threads=tuple(Thread(int(i), str(n), tuple(v)) for i, n, v in data["threads"]),
+            header=_finite(meta["header"]),
+            threads=tuple(Thread(int(i), str(n), _finite(v)) for i, n, v in data["threads"]),
             locations=MappingProxyType(locations),
             pid=meta.get("pid"), seq=meta.get("seq"), kind=meta.get("kind") or "",
             source=source, time=meta.get("time"), format=FORMAT,
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
+            RecursionError) as e:
         raise InputError(source, f"damaged heapscope profile ({type(e).__name__})") from None
+
+
+def _finite(values: Any) -> tuple[float, ...]:
+    """Numbers as floats; ValueError for anything that is not a finite number."""
+    out = tuple(float(v) for v in values)
+    if not all(math.isfinite(v) and abs(v) < 1e20 for v in out):
+        raise ValueError("a value is not a finite number")
+    return out
 
 
 def parse(text: str, source: str) -> Profile:
     """A Profile from the (decompressed) text of a heapscope profile file."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputError(source, "damaged heapscope profile (invalid JSON)") from None
     if not isinstance(data, dict):
         raise InputError(source, "not a heapscope profile")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from heapscope.files import open_regular
 from heapscope.model import Mapping
 
 PF_X = 0x1
@@ -74,7 +75,7 @@ class ElfInfo:
         """Read the cheap facts of ``path``; raise :class:`ElfError` if it is not ELF."""
         try:
             st = os.stat(path)
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 if fh.read(4) != b"\x7fELF":
                     raise ElfError(f"{path}: not an ELF file")
                 fh.seek(0)
@@ -212,7 +213,7 @@ def file_crc32(path: str) -> int | None:
     """The CRC32 that .gnu_debuglink records for a debug file, or None if unreadable."""
     crc = 0
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             while chunk := fh.read(1 << 20):
                 crc = zlib.crc32(chunk, crc)
     except OSError:
@@ -225,7 +226,7 @@ def search_path(path: str) -> tuple[str, ...]:
     """The folders a program's DT_RUNPATH (or DT_RPATH) names, ``$ORIGIN`` expanded: where its
     own shared libraries are installed. Empty when the file cannot be read."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             elf = ELFFile(fh)
             dynamic = elf.get_section_by_name(".dynamic")
             if dynamic is None or not hasattr(dynamic, "iter_tags"):
