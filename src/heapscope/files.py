@@ -8,6 +8,7 @@ descriptor is a regular file, and only then hands back a normal file object.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import BinaryIO
@@ -23,6 +24,8 @@ def open_regular(path: str) -> BinaryIO:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile("not a regular file")
         os.set_blocking(fd, True)
