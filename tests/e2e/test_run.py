@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -55,9 +56,15 @@ def test_c_program_session(leaky_c_build: Any, libjemalloc: Path, tmp_path: Path
     manifest = json.loads((s / "manifest.json").read_text())
     assert manifest["exit_status"] == 0
     assert "prof:true" in manifest["malloc_conf"] and "lg_prof_sample:0" in manifest["malloc_conf"]
-    assert manifest["jemalloc"]["path"] == str(libjemalloc) or manifest["jemalloc"]["version"]
+    # The library preloaded is the one the tests found, and its version is the one the
+    # library itself carries (its version string, read from the file here).
+    assert manifest["jemalloc"]["path"] == str(libjemalloc), manifest["jemalloc"]
+    assert manifest["jemalloc"]["preloaded"] is True
+    version = manifest["jemalloc"]["version"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+-\d+-g[0-9a-f]+", version), version
+    assert version.encode() in libjemalloc.read_bytes()
     assert str(leaky_c_build.binary) in manifest["modules"]
-    assert (s / "symbolized").glob("*.json.gz")
+    assert list((s / "symbolized").glob("*.json.gz"))
     assert "Leak approximation summary" in (s / "leak-summaries.txt").read_text()
     assert (s / "rss.csv").read_text().count("\n") >= 2
     # The printed report names the leak and says what to run next.

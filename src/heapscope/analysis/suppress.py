@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from heapscope.errors import InputError
+from heapscope.files import open_regular
 
 # Allocations runtimes make once as they start and keep for the life of the process.
 BUILTIN = (
@@ -49,11 +50,14 @@ def compile_pattern(pattern: str, origin: str) -> Suppression:
     return Suppression(pattern, origin, re.compile(rx))
 
 
+MAX_SUPPRESSIONS = 16 << 20  # bytes of a suppressions file read (they are a few lines)
+
+
 def read_file(path: str) -> list[Suppression]:
     """Read an LSan-style suppressions file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open_regular(path) as f:
+            lines = f.read(MAX_SUPPRESSIONS).decode("utf-8").splitlines()
     except FileNotFoundError:
         raise InputError(path, "no such suppressions file") from None
     except OSError as e:

@@ -13,6 +13,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable
 
+from heapscope.files import open_regular
+
 MAX_MAP_BYTES = 256 << 20  # perf maps grow without bound; never read more than this
 _HEX = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,16}\Z")
 
@@ -74,7 +76,7 @@ class PerfMap:
     @classmethod
     def read(cls, path: str) -> PerfMap:
         """Read and parse a perf map file (at most :data:`MAX_MAP_BYTES`)."""
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # /tmp is anyone's: never block on a FIFO there
             data = fh.read(MAX_MAP_BYTES)
         text = data.decode("utf-8", "replace")
         if len(data) == MAX_MAP_BYTES or not text.endswith("\n"):
