@@ -105,7 +105,6 @@ def test_dump_names(name: str, expected: tuple[int, int, str, int]) -> None:
         (b"", "empty file"),
         (b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary data"),
         (b"hello world\n", "not a jemalloc heap profile"),
-        (b"heap_v2/524288\n  t*: 1: 2 [0: 0]\n@ 0x1 0x2\n  t*: 1: 64 [0: 0]\n", "truncated"),
         (b"heap_v2/524288\n  t*: 1: 2 [0: 0]\n@ 0x1 0x2\n", "truncated"),
         (b"heap_v2/524288\n@ 0xzz\n", "bad address"),
         (b"heap_v2/524288\n  t*: one: 2 [0: 0]\n", "malformed count line"),
@@ -121,6 +120,13 @@ def test_bad_input_is_one_line_error(tmp_path: Path, content: bytes, problem: st
     assert msg.startswith(str(f) + ": ")
     assert problem in msg
     assert "\n" not in msg
+
+
+def test_complete_records_without_a_memory_map_load(tmp_path: Path) -> None:
+    f = tmp_path / "nomaps.heap"
+    f.write_bytes(b"heap_v2/524288\n  t*: 1: 2 [0: 0]\n@ 0x1 0x2\n  t*: 1: 64 [0: 0]\n")
+    p = load(str(f))
+    assert p.mappings == () and [s.stack for s in p.samples] == [(1, 2)]
 
 
 def test_missing_and_directory(tmp_path: Path) -> None:

@@ -16,11 +16,11 @@ from heapscope.formats.maps import parse_maps
 from heapscope.model import Profile, Sample
 
 _HEADER = re.compile(
-    r"^heap profile:\s*(\d{1,19}):\s+(\d{1,19})\s+\[\s*(\d{1,19}):\s+(\d{1,19})\]"
+    r"^heap profile:\s*(\d{1,19}):\s+(\d{1,19})\s+\[\s*(\d{1,19}):\s+(\d{1,19})\s*\]"
     r"(?:\s*@\s*([^/\s]*)(?:/(\d{1,19}))?)?"
 )
 _ENTRY = re.compile(
-    r"^\s*(\d{1,19}):\s+(\d{1,19})\s+\[\s*(\d{1,19}):\s+(\d{1,19})\]\s+@(.*)$")
+    r"^\s*(\d{1,19}):\s+(\d{1,19})\s+\[\s*(\d{1,19}):\s+(\d{1,19})\s*\]\s+@(.*)$")
 _DEFAULT_V1_PERIOD = 128 * 1024
 
 

@@ -219,13 +219,12 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
         else:
             raise InputError(path, f"line {i}: unexpected line {line.strip()[:60]!r}")
     flush()
-    if maps_at < 0:
-        raise InputError(
-            path, "truncated: no MAPPED_LIBRARIES section (is the dump still being written?)"
-        )
+    # No MAPPED_LIBRARIES section after complete records: jeprof reads such files (some
+    # projects keep dumps without maps as test fixtures); their addresses cannot be named,
+    # which the symbolizer says. A record cut short is still refused (flush above).
     return Profile(
         samples=tuple(samples),
-        mappings=parse_maps(lines[maps_at:]),
+        mappings=parse_maps(lines[maps_at:]) if maps_at >= 0 else (),
         period=period,
         sampling="v2",
         header=header,

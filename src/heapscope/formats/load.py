@@ -86,6 +86,16 @@ def gunzip(data: bytes, path: str) -> bytes:
     return b"".join(out)
 
 
+def _looks_like_pprof(data: bytes) -> bool:
+    from heapscope.formats.pprof import decode_profile
+
+    try:
+        doc = decode_profile(data)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return False
+    return bool(doc.get("sample_type")) and bool(doc.get("string_table"))
+
+
 def read_text(path: str) -> str:
     """Read a dump's text, transparently decompressing gzip, with one-line errors."""
     try:
@@ -111,6 +121,9 @@ def read_text(path: str) -> str:
         if not data:
             raise InputError(path, "empty file inside gzip")
     if b"\x00" in data[:4096]:
+        if _looks_like_pprof(data):
+            raise InputError(path, "a pprof profile (profile.proto), not a jemalloc heap "
+                                   "dump: read it with go tool pprof")
         raise InputError(path, "binary data, not a jemalloc heap profile")
     try:
         return data.decode("utf-8")

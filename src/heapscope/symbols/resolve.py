@@ -86,6 +86,12 @@ class _Run:
 
     def run(self) -> Symbolized:
         """Symbolize every address of the profile."""
+        if not self.profile.mappings and self.profile.samples:
+            self.diagnostics.append(Diagnostic(
+                "memory map", "warning",
+                f"{self.profile.source or 'the dump'} has no memory map (MAPPED_LIBRARIES): "
+                "its addresses cannot be named (a dump still being written looks like this "
+                "too)"))
         callers = self.profile.caller_addresses()
         modules: dict[str, Module] = {}
         by_module: dict[str, list[tuple[int, int, Mapping]]] = {}
