@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -125,6 +126,21 @@ def test_a_rebuilt_binary_never_names_an_old_dump(gcc: Path, libjemalloc: Path,
     assert "used anyway (--force-symbols)" in forced.stderr
 
 
+def _wait_running(exe: Path, timeout: float = 60) -> None:
+    """Until a process runs ``exe`` (so replacing the file now replaces it under it)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    if os.readlink(d / "exe") == str(exe):
+                        return
+                except OSError:
+                    continue
+        time.sleep(0.02)
+    raise AssertionError(f"{exe} did not start within {timeout} s")
+
+
 def test_a_binary_replaced_while_running_is_not_trusted(gcc: Path, libjemalloc: Path,
                                                         tmp_path: Path) -> None:
     """The dump maps the program '(deleted)'; the file now at its path is another build and
@@ -138,7 +154,7 @@ def test_a_binary_replaced_while_running_is_not_trusted(gcc: Path, libjemalloc: 
         [*je.HEAPSCOPE_CMD, "run", "-o", str(s), "--sample", "4k", "--no-symbolize", "--",
          str(prog)], env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # the program runs about 3 s
+    _wait_running(prog)  # the program runs about 3 s from then
     prog.unlink()
     shutil.copy(other, prog)  # replaced under the running process
     _, err = run.communicate(timeout=120)
@@ -216,3 +232,54 @@ def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))
     p = hs("top", str(bomb), cache=tmp_path / "c", env={"HEAPSCOPE_MAX_INPUT": str(1 << 20)})
     _one_line_error(p, bomb, "HEAPSCOPE_MAX_INPUT")
+
+
+def _heapscope_total(path: Path, cache: Path) -> tuple[float, str]:
+    p = hs("top", "--format", "json", "--show-bytes", str(path), cache=cache)
+    assert p.returncode == 0, p.stderr
+    return float(json.loads(p.stdout)["total"]), p.stderr
+
+
+def _go_pprof_space(path: Path) -> float:
+    """The space total ``go tool pprof -raw`` reads from a legacy heap profile."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go not found (go tool pprof is the reference): apt-get install golang-go")
+    out = subprocess.run([go, "tool", "pprof", "-raw", str(path)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    samples = out.split("Samples:", 1)[1].split("Locations", 1)[0]
+    return float(sum(int(m.group(1)) for m in re.finditer(r"^\s*\d+\s+(\d+):", samples,
+                                                          re.M)))
+
+
+def test_other_projects_files_read_like_jeprof_and_pprof(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]], jeprof: Path,
+        tmp_path: Path) -> None:
+    """Files jeprof or pprof read that heapscope used to refuse: totals equal theirs."""
+    s, _ = no_symbolizer_run
+    real = next((s / "dumps").glob("jeprof.*.f.heap")).read_text()
+    # heap_v2 with no MAPPED_LIBRARIES section (as some projects keep their fixtures).
+    no_maps = tmp_path / "no_maps.heap"
+    no_maps.write_text(real.split("MAPPED_LIBRARIES:")[0])
+    # gperftools' legacy header and records with spaces inside the brackets.
+    spaced = tmp_path / "spaced.heap"
+    spaced.write_text("heap profile:    3:  3072 [  3:  3072 ] @ heap_v2/524288\n"
+                      "     2:  2048 [   2:  2048 ] @ 0x401000 0x401100\n"
+                      "     1:  1024 [   1:  1024 ] @ 0x401200\n\nMAPPED_LIBRARIES:\n")
+    ours, err = _heapscope_total(no_maps, tmp_path / "c")
+    theirs = je.jeprof_totals("/bin/true", no_maps)["inuse_space"]
+    assert ours == pytest.approx(theirs, rel=1e-6, abs=2), (ours, theirs)
+    assert "no memory map" in err
+    # jeprof reads nothing from the spaced brackets (it prints no total); pprof reads them.
+    ours, _ = _heapscope_total(spaced, tmp_path / "c")
+    assert ours == pytest.approx(_go_pprof_space(spaced), rel=1e-6, abs=2)
+
+
+def test_a_pprof_given_as_a_dump_is_named(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]],
+        tmp_path: Path) -> None:
+    s, _ = no_symbolizer_run
+    out = tmp_path / "heap.pb.gz"
+    assert hs("export", str(s), "--format", "pprof", "-o", str(out),
+              cache=tmp_path / "c").returncode == 0
+    _one_line_error(hs("top", str(out), cache=tmp_path / "c"), out, "a pprof profile")
