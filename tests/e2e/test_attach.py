@@ -359,7 +359,10 @@ def test_stress_200_attach_and_dump(server: Target, tmp_path: Path) -> None:
     attaches find one inside the allocator and retry)."""
     cycles = int(os.environ.get("HEAPSCOPE_ATTACH_STRESS", "200"))
     summary = _stress(server, cycles, tmp_path / "dumps")
-    assert summary["pause_max_ms"] < 20_000  # no stop reached the attach timeout
+    # The pause the README states (39 ms median, 61 ms worst measured over these cycles),
+    # with the margins above for slower or busier machines.
+    assert summary["pause_median_ms"] < 2.5 * README_PAUSE_MEDIAN_MS, summary
+    assert summary["pause_max_ms"] < 8 * README_PAUSE_WORST_MS, summary
 
 
 def test_background_thread_causes_no_retry(server_bin: Path, libjemalloc: Path, gdb: str,
