@@ -283,3 +283,43 @@ def test_a_pprof_given_as_a_dump_is_named(
     assert hs("export", str(s), "--format", "pprof", "-o", str(out),
               cache=tmp_path / "c").returncode == 0
     _one_line_error(hs("top", str(out), cache=tmp_path / "c"), out, "a pprof profile")
+
+
+def test_a_go_heap_profile_reads_like_go_tool_pprof(tmp_path: Path) -> None:
+    """Go's debug=1 heap profile: '#' frame lines name the code, Go's sampling is unsampled
+    the way pprof does, and the total equals go tool pprof's on the same file."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go not found: apt-get install golang-go")
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(je.PROGRAMS_DIR / "goheap.go", src / "main.go")
+    (src / "go.mod").write_text("module goheap\n\ngo 1.19\n")
+    env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), GOPATH=str(tmp_path / "gopath"),
+               GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    subprocess.run([go, "build", "-o", str(tmp_path / "goheap"), "."], cwd=src, env=env,
+                   check=True, timeout=600, capture_output=True)
+    profile = tmp_path / "heap.txt"
+    subprocess.run([str(tmp_path / "goheap"), str(profile)], check=True, timeout=60,
+                   capture_output=True)
+    assert "# runtime.MemStats" in profile.read_text()
+    p = hs("top", "--format", "json", "--show-bytes", str(profile), cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    theirs = _go_pprof_space_v2(go, profile)
+    # pprof rounds each sample to whole bytes: at most 1 B apart per sample.
+    assert doc["total"] == pytest.approx(theirs, abs=64), (doc["total"], theirs)
+    lines = hs("top", "--format", "json", "--lines", str(profile), cache=tmp_path / "c")
+    first = max(json.loads(lines.stdout)["rows"], key=lambda r: r["flat"])
+    assert (first["name"], first["line"]) == (
+        "main.leak", je.source_line(je.PROGRAMS_DIR / "goheap.go", "go")), first
+    assert first["file"] == str(src / "main.go"), first
+
+
+def _go_pprof_space_v2(go: str, path: Path) -> float:
+    """inuse_space total of ``go tool pprof -raw`` (the fourth value of each sample)."""
+    out = subprocess.run([go, "tool", "pprof", "-raw", str(path)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    samples = out.split("Samples:", 1)[1].split("Locations", 1)[0]
+    return float(sum(int(m.group(1)) for m in re.finditer(
+        r"^\s*\d+\s+\d+\s+\d+\s+(\d+):", samples, re.M)))
