@@ -134,3 +134,16 @@ def test_missing_and_directory(tmp_path: Path) -> None:
         load(str(tmp_path / "nope.heap"))
     with pytest.raises(InputError, match="is a directory"):
         load(str(tmp_path))
+
+
+def test_extension_record_lines_are_skipped(tmp_path: Path) -> None:
+    """Lines a patched jemalloc adds to a record (the proposed fragmentation profiler's
+    ``f:``/``frag_util:``) neither break the per-thread parse nor change the counts."""
+    f = tmp_path / "frag.heap"
+    f.write_bytes(b"heap_v2/1\n  t*: 1: 64 [0: 0]\n  t0: 1: 64 [0: 0] main\n@ 0x1 0x2\n"
+                  b"  t*: 1: 64 [0: 0]\n  f: 1: 4096 [0: 0]\n  frag_util: 0.5\n"
+                  b"  t0: 1: 64 [0: 0]\n\nMAPPED_LIBRARIES:\n")
+    p = load(str(f), threads=True)
+    (s,) = p.samples
+    assert s.values[:2] == (1.0, 64.0)
+    assert [(t.thread, t.values[:2]) for t in s.threads] == [(0, (1.0, 64.0))]

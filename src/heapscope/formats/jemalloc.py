@@ -192,8 +192,11 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
             values = None
             per_thread = []
         elif c == " " or c == "\t" or c == "t":
-            if stack is not None and not threads and not line.lstrip().startswith("t*"):
+            body = line.lstrip()
+            if stack is not None and not threads and not body.startswith("t*"):
                 continue  # per-thread line of a stack, not wanted: skip the parse cost
+            if not body.startswith("t") and stack is not None:
+                continue  # a record line of an extension (fragmentation "f:", …): not ours
             got = counts_memo.get(line)
             if got is None:
                 got = _counts(path, i, line)
