@@ -36,7 +36,9 @@ def test_per_stack_then_sum_not_header() -> None:
     samples = (Sample((1,), (10, 480, 10, 480)), Sample((2,), (2, 2097152, 2, 2097152)))
     p = Profile(samples=samples, period=4096, sampling="v2", header=(12, 999, 12, 999))
     u = unsample(p)
-    expect = scale_pair_v2(10, 480, 4096)[1] + scale_pair_v2(2, 2097152, 4096)[1]
+    # By hand: each stack's bytes times 1/(1-exp(-avg/R)), then the sum (never the header).
+    expect = (480 / (1 - math.exp(-48 / 4096))
+              + 2097152 / (1 - math.exp(-1048576 / 4096)))
     assert u.total(1) == pytest.approx(expect)
     assert u.unsampled and unsample(u) is u
 
