@@ -32,6 +32,10 @@ class InputError(HeapscopeError):
         self.path = path
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str]]:
+        # Pickled between worker processes (parallel scans): rebuilt from its two parts.
+        return (InputError, (self.path, self.problem))
+
 
 class ToolError(HeapscopeError):
     """An external tool heapscope needs (symbolizer, debugger) is missing or failed."""

@@ -147,3 +147,11 @@ def test_extension_record_lines_are_skipped(tmp_path: Path) -> None:
     (s,) = p.samples
     assert s.values[:2] == (1.0, 64.0)
     assert [(t.thread, t.values[:2]) for t in s.threads] == [(0, (1.0, 64.0))]
+
+
+def test_input_errors_cross_process_boundaries() -> None:
+    """Parallel scans send a dump's error back from a worker process: it must unpickle."""
+    import pickle
+
+    e = pickle.loads(pickle.dumps(InputError("a.heap", "truncated")))
+    assert (str(e), e.path, e.problem) == ("a.heap: truncated", "a.heap", "truncated")
