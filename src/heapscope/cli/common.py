@@ -8,9 +8,10 @@ import sys
 from collections.abc import Mapping as MappingT
 from typing import TYPE_CHECKING
 
+from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.filter import select_threads
 from heapscope.analysis.fold import FramePolicy, Wrappers
-from heapscope.analysis.top import SAMPLE_INDEX
+from heapscope.analysis.top import SAMPLE_INDEX, View
 from heapscope.errors import InputError
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
@@ -74,6 +75,27 @@ def add_sample_options(p: argparse.ArgumentParser) -> None:
         g.add_argument("--" + name.replace("_", "-"), dest="sample", action="store_const",
                        const=name)
     p.set_defaults(sample="inuse_space")
+
+
+def add_view_options(p: argparse.ArgumentParser) -> None:
+    """Options that shape a top view (shared with the interactive shell)."""
+    add_sample_options(p)
+    g = p.add_mutually_exclusive_group()
+    for gran in GRANULARITIES:
+        g.add_argument("--" + gran, dest="granularity", action="store_const", const=gran)
+    p.set_defaults(granularity="functions")
+    p.add_argument("--cum", action="store_true", help="sort by cumulative value")
+    p.add_argument("-n", "--nodecount", type=int, default=20, metavar="N",
+                   help="show N rows (0 = all; default 20)")
+    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
+    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    p.add_argument("--show-bytes", action="store_true", help="print bytes, not MiB")
+
+
+def view_from_args(args: argparse.Namespace) -> View:
+    """The View described by parsed arguments."""
+    return View(args.sample, args.granularity, args.cum, args.nodecount, args.focus,
+                args.ignore, args.show_bytes)
 
 
 def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from heapscope.cli import top
-from heapscope.cli.common import add_frame_options, add_symbol_options
+from heapscope.cli.common import add_frame_options, add_symbol_options, add_view_options
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "restarts or hosts can be compared.")
     p.add_argument("base", metavar="BASE", help="the earlier dump, session or folder")
     p.add_argument("new", metavar="NEW", help="the later dump, session or folder")
-    top.add_view_options(p)
+    add_view_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
     add_frame_options(p)
     add_symbol_options(p)

@@ -17,8 +17,14 @@ from typing import TextIO
 
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
-from heapscope.cli import top
-from heapscope.cli.common import add_symbol_options
+from heapscope.cli.common import (
+    add_frame_options,
+    add_symbol_options,
+    add_view_options,
+    load_profiles,
+    session_aliases,
+    view_from_args,
+)
 from heapscope.errors import HeapscopeError
 from heapscope.model import Profile
 from heapscope.render.text import render_table
@@ -43,12 +49,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``shell`` subcommand (same options as ``top``, always interactive)."""
     p = sub.add_parser("shell", help="interactive shell on a heap dump (like jeprof's prompt)")
     p.add_argument("dumps", nargs="+", metavar="DUMP")
-    top.add_view_options(p)
+    add_view_options(p)
     p.add_argument("--thread", metavar="ID|NAME")
     p.add_argument("--base", metavar="DUMP")
     p.add_argument("--merge", action="store_true")
+    add_frame_options(p)
     add_symbol_options(p)
-    p.set_defaults(func=top.run, format="text", interactive=True)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``heapscope shell``: prepare the dumps, then the prompt."""
+    from heapscope.errors import UsageError
+    from heapscope.prepare import expand_inputs
+    from heapscope.progress import DelayedProgress
+
+    paths = expand_inputs(args.dumps, latest=True)
+    if len(paths) > 1 and not args.merge:
+        raise UsageError("the shell works on one dump (or several with --merge)")
+    with DelayedProgress() as bar:
+        profiles = load_profiles(paths, args, bar.update, aliases=session_aliases(args.dumps))
+        base = (load_profiles(expand_inputs([args.base], latest=True), args, bar.update)
+                if args.base else None)
+    Shell(profiles, view_from_args(args), base).loop()
+    return 0
 
 
 class Shell:

@@ -6,35 +6,21 @@ import argparse
 import sys
 from typing import Any
 
-from heapscope.analysis.aggregate import GRANULARITIES, Table
+from heapscope.analysis.aggregate import Table
 from heapscope.analysis.top import View, build_table
 from heapscope.cli.common import (
     add_frame_options,
-    add_sample_options,
     add_symbol_options,
+    add_view_options,
     load_profiles,
     session_aliases,
+    view_from_args,
 )
 from heapscope.errors import UsageError
 from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.json import render_json, table_dict
 from heapscope.render.text import render_table
-
-
-def add_view_options(p: argparse.ArgumentParser) -> None:
-    """Options that shape a top view (shared with the interactive shell)."""
-    add_sample_options(p)
-    g = p.add_mutually_exclusive_group()
-    for gran in GRANULARITIES:
-        g.add_argument("--" + gran, dest="granularity", action="store_const", const=gran)
-    p.set_defaults(granularity="functions")
-    p.add_argument("--cum", action="store_true", help="sort by cumulative value")
-    p.add_argument("-n", "--nodecount", type=int, default=20, metavar="N",
-                   help="show N rows (0 = all; default 20)")
-    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
-    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
-    p.add_argument("--show-bytes", action="store_true", help="print bytes, not MiB")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,12 +39,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_frame_options(p)
     add_symbol_options(p)
     p.set_defaults(func=run)
-
-
-def view_from_args(args: argparse.Namespace) -> View:
-    """The View described by parsed arguments."""
-    return View(args.sample, args.granularity, args.cum, args.nodecount, args.focus,
-                args.ignore, args.show_bytes)
 
 
 def _warn_empty(table: Table, view: View) -> None:
