@@ -83,3 +83,20 @@ def test_json_shape() -> None:
     assert [r["name"] for r in d["rows"]] == ["leak_big", "leak_small"]
     assert set(d["rows"][0]) == {"name", "file", "line", "module", "flat", "cum", "via", "leaf"}
     assert d["rows"][0]["file"] == "leaky.c"
+
+
+def test_control_characters_never_reach_the_terminal() -> None:
+    """A perf map or DWARF name holding escape sequences is printed with them made visible."""
+    import io
+
+    from heapscope.analysis.aggregate import Key, Row, Table
+    from heapscope.render.text import render_table
+
+    evil = "jit\x1b]0;owned\x07\x1b[2J\u202egnp.exe\nnext"
+    out = io.StringIO()
+    render_table(out, Table((Row(Key(evil), 10.0, 10.0),), 10.0, "inuse_space", "bytes"),
+                 (Row(Key(evil), 10.0, 10.0),))
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "jit\\x1b]0;owned\\x07\\x1b[2J\\u202egnp.exe\\x0anext" in text
+    assert text.count("\n") == 2  # the total line and one row: the name's newline is escaped

@@ -78,3 +78,20 @@ def test_verdicts_and_numbers(report: Any) -> None:
     assert proc["leak_bytes"] == pytest.approx(leak["growth_bytes"])
     assert table["at_exit_bytes"] == pytest.approx(100 * SAMPLE_BYTES)
     assert proc["left_bytes"] == pytest.approx(100 * SAMPLE_BYTES)
+
+
+def test_leak_report_escapes_control_characters() -> None:
+    import io
+
+    from heapscope.analysis.leaks import Finding, LeakReport, ProcessFinding
+    from heapscope.render.leaks import render_leaks
+
+    evil = "f\x1b[2Jx"
+    proc = ProcessFinding(7, exe="/srv/a\x1b]0;t\x07", dumps=1, judged=1, live_bytes=100.0)
+    report = LeakReport([proc], [Finding(7, evil, "a\x1b.c", 3, "m", (evil, "main\x9b"),
+                                         100.0, 1.0, "live")], notes=["n\x1bote"])
+    out = io.StringIO()
+    render_leaks(out, report, color=False)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, text
+    assert "f\\x1b[2Jx" in text and "main\\x9b" in text and "n\\x1bote" in text

@@ -27,7 +27,14 @@ from heapscope.analysis.leaks import (
     ProcessFinding,
 )
 from heapscope.render.text import via_label
+from heapscope.terminal import clean
 from heapscope.units import human_bytes
+
+
+def _t(text: str) -> str:
+    """Untrusted text for the console: control characters escaped, then rich markup."""
+    return escape(clean(text))
+
 
 _STYLE = {LEAK: "bold red", GROWING: "magenta", trend.BOUNDED: "yellow", trend.CHURN: "cyan",
           LIVE: "bold", trend.STEADY: "dim", EXPECTED: "dim", INHERITED: "dim",
@@ -113,9 +120,9 @@ def _process_line(p: ProcessFinding, window: bool = False) -> str:
     if p.exit_bytes is not None:
         extra += f"  at exit {human_bytes(p.exit_bytes)}"
     line = (f"  {p.pid!s:>8}  {p.role:<7}  {mark:<9}  {dumps:<15}  "
-            f"live {human_bytes(p.live_bytes)}{extra}  {escape(cmd[:70])}")
+            f"live {human_bytes(p.live_bytes)}{extra}  {_t(cmd[:70])}")
     if p.unreadable:
-        line += f"\n            no dump could be read: {escape(p.unreadable)}"
+        line += f"\n            no dump could be read: {_t(p.unreadable)}"
     return line
 
 
@@ -159,17 +166,17 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
     if shown:
         con.print("\n[bold]suspects, most likely leak first[/]")
     for n, f in enumerate(shown[:top], 1):
-        where = f"  {escape(f.file)}:{f.line}" if f.file else ""
+        where = f"  {_t(f.file)}:{f.line}" if f.file else ""
         style = _STYLE.get(f.verdict, "")
         label = f.verdict.upper() if f.verdict == LEAK else f.verdict
         size = (f"{human_bytes(f.bytes)} in {int(f.objects):,} objects" if not f.rollup
                 else f"{human_bytes(f.bytes)} over {f.sites} call paths ({f.rollup} roll-up)")
-        via = escape(via_label(f.via))
+        via = _t(via_label(f.via))
         con.print(f" {n:>2}. [{style}]{label}[/]  {size}  "
-                  f"[bold]{escape(f.function)}[/]{where}{via}  (pid {f.pid})")
-        con.print(f"       {escape(evidence(f, report.window))}")
+                  f"[bold]{_t(f.function)}[/]{where}{via}  (pid {f.pid})")
+        con.print(f"       {_t(evidence(f, report.window))}")
         for fr in f.stack[1:frames]:
-            con.print(f"         {escape(fr)}")
+            con.print(f"         {_t(fr)}")
     if len(shown) > top:
         con.print(f"  … {len(shown) - top} more (--top N, or --format json)")
     hidden = {v: sum(1 for f in report.findings if f.verdict == v) for v in QUIET}
@@ -177,4 +184,4 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
     if rest:
         con.print(f"\nnot shown: {rest} sites (--format json lists them)")
     for note in report.notes:
-        con.print(f"note: {escape(note)}")
+        con.print(f"note: {_t(note)}")

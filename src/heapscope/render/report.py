@@ -10,6 +10,7 @@ from heapscope.analysis.leaks import GROWING, LEAK, LIVE
 from heapscope.capture.runner import SessionResult
 from heapscope.render.commands import print_commands
 from heapscope.render.leaks import render_leaks
+from heapscope.terminal import clean
 
 
 def _cmd(words: list[str], width: int = 60) -> str:
@@ -34,7 +35,8 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:
     named = [f for f in res.leaks.findings if f.verdict in (LEAK, GROWING, LIVE)]
     if named:
         fn = named[0].function
-        out.write(f"  heapscope top --lines --focus {shlex.quote(re.escape(fn))} {q}\n")
+        # A name with control characters is printed escaped (never raw on a terminal).
+        out.write(f"  heapscope top --lines --focus {shlex.quote(re.escape(clean(fn)))} {q}\n")
     out.write(f"  heapscope leaks {q}\n")
     out.write(f"  report: {shlex.quote(res.path + '/report.json')}\n")
     print_commands(out, res.path, res.path)

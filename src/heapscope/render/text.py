@@ -10,6 +10,7 @@ from typing import TextIO
 
 from heapscope.analysis.aggregate import Key, Row, Table
 from heapscope.model import ViaFrame
+from heapscope.terminal import clean
 from heapscope.units import percent
 
 VIA_WIDTH = 60  # longest via name printed whole; longer ones lose inner template arguments
@@ -44,11 +45,15 @@ def via_label(via: tuple[ViaFrame, ...]) -> str:
     or '' when nothing was folded."""
     if not via:
         return ""
-    return f" via {short_name(via[-1].function)}"
+    return f" via {clean(short_name(via[-1].function))}"
 
 
 def row_name(key: Key, granularity: str) -> str:
-    """How a row's key is written in the name column."""
+    """How a row's key is written in the name column (control characters escaped)."""
+    return clean(_row_name(key, granularity))
+
+
+def _row_name(key: Key, granularity: str) -> str:
     if granularity == "lines":
         where = f"{key.file}:{key.line}" if key.file else "??:?"
         inline = " (inline)" if key.inlined else ""
