@@ -300,3 +300,29 @@ def test_write_dropin_is_atomic_on_failure(tmp_path, monkeypatch) -> None:  # ty
         systemd.write_dropin(dropin, systemd.MARKER + "\nnew\n")
     assert dropin.read_text() == old
     assert sorted(p.name for p in dropin.parent.iterdir()) == ["heapscope.conf"]
+
+
+def test_systemd_values_with_control_characters_are_refused() -> None:
+    """A newline in --conf would become a unit directive of its own (ExecStartPre=…)."""
+    import pytest
+
+    from heapscope.capture.systemd import DropIn
+    from heapscope.errors import UsageError
+
+    for conf, dump_dir in (("prof:true\nExecStartPre=/bin/sh -c id", "/var/tmp/d"),
+                           ("prof:true", "/var/tmp/d\nExecStart=/x"),
+                           ("prof:true\r", "/var/tmp/d")):
+        d = DropIn("app.service", "/usr/lib/libjemalloc.so.2", "MALLOC_CONF", conf, dump_dir)
+        with pytest.raises(UsageError, match="control characters"):
+            d.text()
+
+
+def test_run_refuses_a_session_folder_with_a_comma(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from heapscope.capture.runner import RunOptions, run_session
+    from heapscope.errors import UsageError
+
+    with pytest.raises(UsageError, match="comma"):
+        run_session(["/bin/true"], RunOptions(output=str(tmp_path / "a,b")))
+    assert not (tmp_path / "a,b").exists()

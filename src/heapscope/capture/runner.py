@@ -24,7 +24,7 @@ from heapscope.capture.conf import build_conf, env_var
 from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspect_target
 from heapscope.capture.launch import CommandNotFound, RunResult
 from heapscope.capture.launch import run as launch
-from heapscope.errors import HeapscopeError
+from heapscope.errors import HeapscopeError, UsageError
 from heapscope.formats import symbolized
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions
@@ -117,6 +117,10 @@ def run_session(cmd: list[str], opts: RunOptions,
     if target.path is None:
         raise CommandNotFound(f"{cmd[0]}: command not found")
     lib = choose_jemalloc(target, opts.jemalloc)
+    if opts.output is not None and "," in os.path.abspath(opts.output):
+        # The dumps folder goes into MALLOC_CONF's prof_prefix, and jemalloc splits at commas.
+        raise UsageError(f"{opts.output}: a session folder cannot contain a comma (MALLOC_CONF "
+                         "separates options with commas)")
     path = sess.create(opts.output, cmd)
     dumps_dir = os.path.join(path, "dumps")
     conf = build_conf(

@@ -94,6 +94,12 @@ class DropIn:
 
     def text(self) -> str:
         """The drop-in file's contents, marker first."""
+        for what, value in (("unit", self.unit), ("library", self.preload or ""),
+                            ("MALLOC_CONF", self.conf), ("dump folder", self.dump_dir)):
+            # A newline would start a directive of its own (ExecStartPre=…): never written.
+            if any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise UsageError(f"{value!r}: the {what} for a systemd drop-in must not contain "
+                                 "control characters (a newline would add a unit directive)")
         if any(c.isspace() or c in "\"'\\" for c in self.dump_dir):
             raise UsageError(f"{self.dump_dir!r}: a dump folder for systemd must not contain "
                              "spaces, quotes or backslashes")
