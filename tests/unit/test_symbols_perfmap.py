@@ -86,3 +86,25 @@ def test_perf_map_next_to_the_dump(tmp_path: Path) -> None:
     prof = profile([[0x7F0000001004]], [anon], source=str(dump), pid=77)
     locs = symbolize(prof, SymbolOptions(cache_dir=None, debuginfod_urls=())).profile.locations
     assert locs[0x7F0000001004].frames[0].function == "jitted"
+
+
+def test_only_maps_of_the_process_user_or_root_and_not_writable_by_others(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from heapscope.symbols.perfmap import untrusted
+
+    m = tmp_path / "perf-42.map"
+    m.write_text("1000 10 f\n")
+    m.chmod(0o644)
+    me = os.geteuid()
+    assert untrusted(str(m), {me}) == ""
+    m.chmod(0o666)
+    assert untrusted(str(m), {me}) == "writable by other users"
+    m.chmod(0o644)
+    if me == 0:  # root can give the file away: a map planted by another user
+        os.chown(m, 65534, 65534)
+        assert untrusted(str(m), {1000}).startswith("owned by uid 65534")
+        assert untrusted(str(m), {65534}) == ""
+    link = tmp_path / "perf-43.map"
+    link.symlink_to(m)
+    assert untrusted(str(link), {me, 65534}) == "not a regular file"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import os
 import re
+import stat
 from bisect import bisect_right
 from collections.abc import Iterable
 
@@ -98,6 +99,24 @@ def parse_line(line: str) -> tuple[int, int, str] | None:
     if size <= 0 or not name:
         return None
     return start, size, name
+
+
+def untrusted(path: str, owners: Iterable[int]) -> str:
+    """Why the perf map at ``path`` must not be read ("" when it may): like perf itself, a
+    map is trusted only when owned by root or by the process's user (``owners``), and
+    writable by nobody else (anyone can plant /tmp/perf-PID.map)."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    allowed = {0, *owners}
+    if st.st_uid not in allowed:
+        return f"owned by uid {st.st_uid}, not by root or the process's user"
+    if st.st_mode & 0o022:
+        return "writable by other users"
+    return ""
 
 
 def find_perf_map(pid: int | None, dirs: Iterable[str]) -> str | None:

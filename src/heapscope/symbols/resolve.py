@@ -27,7 +27,7 @@ from heapscope.symbols.elf import ElfError, ElfInfo
 from heapscope.symbols.llvm import Backend, BackendError, LlvmSymbolizer, RawFrame
 from heapscope.symbols.locate import Locator, Module
 from heapscope.symbols.options import Diagnostic, Progress, Symbolized, SymbolOptions
-from heapscope.symbols.perfmap import PerfMap, find_perf_map
+from heapscope.symbols.perfmap import PerfMap, find_perf_map, untrusted
 from heapscope.symbols.symtab import SymbolTable
 
 JIT = "[jit]"
@@ -249,6 +249,15 @@ class _Run:
             out.append(frame)
         return tuple(out)
 
+    def _process_owners(self) -> set[int]:
+        """Users the profiled process may have run as: the dump file's owner (the process
+        wrote it) and whoever runs heapscope."""
+        owners = {os.geteuid()}
+        with contextlib.suppress(OSError):
+            if self.profile.source and self.profile.source != "-":
+                owners.add(os.stat(self.profile.source).st_uid)
+        return owners
+
     def _outside_locations(
         self, items: list[tuple[int, int, Mapping | None]]
     ) -> dict[int, Location]:
@@ -261,6 +270,10 @@ class _Run:
         dirs = [*self.options.perf_map_dirs, *([source_dir] if source_dir else []), "/tmp"]
         perf_path = find_perf_map(self.profile.pid, dirs)
         perf = PerfMap()
+        why = untrusted(perf_path, self._process_owners()) if perf_path is not None else ""
+        if perf_path is not None and why:
+            self.diagnostics.append(Diagnostic(JIT, "warning", f"{perf_path} ignored: {why}"))
+            perf_path = None
         if perf_path is not None:
             try:
                 perf = PerfMap.read(perf_path)
