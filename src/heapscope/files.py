@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 
 class NotRegularFile(OSError):
@@ -33,3 +33,18 @@ def open_regular(path: str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def create_new(path: str, mode: int = 0o644) -> BinaryIO:
+    """Open ``path`` for writing only if nothing is there yet, never following a symlink:
+    a file or link another user planted in a shared folder is never written through."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                 | getattr(os, "O_CLOEXEC", 0), mode)
+    return os.fdopen(fd, "wb")
+
+
+def create_new_text(path: str, mode: int = 0o644) -> TextIO:
+    """:func:`create_new` for text (UTF-8)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                 | getattr(os, "O_CLOEXEC", 0), mode)
+    return os.fdopen(fd, "w", encoding="utf-8")

@@ -84,3 +84,43 @@ def test_session_folder_never_overwritten(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(UsageError, match="not empty"):
         session.create(a, ["x"])
     assert Path(a, "x").read_text() == "data"
+
+
+def test_session_folder_must_be_the_callers_alone(tmp_path: Path) -> None:
+    """An existing empty folder others can write to (or that someone else owns) could have
+    links planted in it while the session is written: refused."""
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UsageError, match="not yours alone"):
+        session.create(str(shared), ["x"])
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(UsageError, match="owner uid 65534"):
+            session.create(str(theirs), ["x"])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    mine.chmod(0o755)
+    assert session.create(str(mine), ["x"]) == str(mine)
+
+
+def test_perf_map_copy_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    import os
+
+    s = tmp_path / "s"
+    session.create(str(s), ["x"])
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    pid = os.getpid()
+    src = Path(f"/tmp/perf-{pid}.map")
+    src.write_text("1000 10 f\n")
+    try:
+        (s / "dumps" / src.name).symlink_to(victim)  # planted before the copy
+        assert session.collect_perf_maps(str(s), [pid]) == []
+        assert victim.read_text() == "precious\n"
+    finally:
+        src.unlink()

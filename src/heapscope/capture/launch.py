@@ -24,6 +24,7 @@ from types import FrameType
 from heapscope.capture.procevents import ProcEvents
 from heapscope.capture.procs import TreeWatcher
 from heapscope.errors import HeapscopeError
+from heapscope.files import create_new
 
 # jemalloc's exit summary (one pair of lines per process, and often far off) stays in the
 # session log but is kept off the terminal, so the program's stderr looks as without us.
@@ -64,7 +65,7 @@ class RunResult:
 
 
 def _tee(src: int, log_path: str, on_line: Callable[[bytes], None]) -> None:
-    with open(log_path, "ab") as log:
+    with create_new(log_path) as log:
         pending = b""
         while True:
             try:

@@ -25,6 +25,7 @@ from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspe
 from heapscope.capture.launch import CommandNotFound, RunResult
 from heapscope.capture.launch import run as launch
 from heapscope.errors import HeapscopeError, UsageError
+from heapscope.files import create_new_text
 from heapscope.formats import symbolized
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions
@@ -143,7 +144,7 @@ def run_session(cmd: list[str], opts: RunOptions,
     result = launch(cmd, env, stderr_log=os.path.join(path, "stderr.log"),
                     on_stderr_line=on_line, every=opts.every, periodic=_dumps_from_outside)
     if summaries:
-        with open(os.path.join(path, "leak-summaries.txt"), "w", encoding="utf-8") as f:
+        with create_new_text(os.path.join(path, "leak-summaries.txt")) as f:
             f.write("\n".join(summaries) + "\n")
     _write_rss(path, result)
     return _collect(path, cmd, opts, lib, result, manifest, summaries, progress)
@@ -175,7 +176,7 @@ def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
 
 
 def _write_rss(path: str, result: RunResult) -> None:
-    with open(os.path.join(path, "rss.csv"), "w", encoding="utf-8") as f:
+    with create_new_text(os.path.join(path, "rss.csv")) as f:
         f.write("t_seconds,pid,rss_bytes\n")
         for t, pid, rss in result.watcher.timeline:
             f.write(f"{t},{pid},{rss}\n")

@@ -22,12 +22,13 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from typing import Any
 
 from heapscope.errors import UsageError
-from heapscope.files import open_regular
+from heapscope.files import create_new, open_regular
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST = 64 << 20  # a manifest is a few KB; more is not one
@@ -61,6 +62,11 @@ def create(path: str | None, cmd: list[str]) -> str:
         if os.listdir(path):
             raise UsageError(f"{path}: folder exists and is not empty; heapscope never "
                              "overwrites a session, choose another -o")
+        st = os.lstat(path)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            # Someone else could plant files (links) in it while the session is written.
+            raise UsageError(f"{path}: folder is not yours alone (owner uid {st.st_uid}, mode "
+                             f"{stat.S_IMODE(st.st_mode):o}); choose another -o")
     try:
         os.makedirs(os.path.join(path, "dumps"), exist_ok=True)
         os.makedirs(os.path.join(path, "symbolized"), exist_ok=True)
@@ -109,7 +115,9 @@ def collect_perf_maps(session: str, pids: list[int]) -> list[str]:
         if os.path.isfile(src):
             dst = os.path.join(session, "dumps", os.path.basename(src))
             try:
-                shutil.copy2(src, dst)
+                # Read only as a regular file, write only a new file (no planted link).
+                with open_regular(src) as fin, create_new(dst) as fout:
+                    shutil.copyfileobj(fin, fout)
                 copied.append(dst)
             except OSError:
                 continue
