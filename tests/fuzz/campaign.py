@@ -144,17 +144,21 @@ def _crash_key(target: str, exc: BaseException) -> tuple[str, str]:
     return f"{target}|{type(exc).__name__}|{where}", text
 
 
-def run_worker(args: tuple[int, int, float]) -> Result:
-    """Fuzz every target round-robin for ``count`` inputs from random seed ``seed``."""
-    seed, count, timeout = args
+def run_worker(args: tuple[int, int, float] | tuple[int, int, float, tuple[str, ...]]
+               ) -> Result:
+    """Fuzz the targets (all, or those named) round-robin for ``count`` inputs from random
+    seed ``seed``."""
+    seed, count, timeout = args[:3]
+    names = args[3] if len(args) > 3 else ()
+    targets = [t for t in TARGETS if not names or t.name in names]
     rng = random.Random(seed)
-    seeds = {t.name: t.seeds() for t in TARGETS}
+    seeds = {t.name: t.seeds() for t in targets}
     signal.signal(signal.SIGALRM, _alarm)
     out = Result()
     with tempfile.TemporaryDirectory(prefix="heapscope-fuzz-", dir=_scratch_root()) as tmp:
         scratch = os.path.join(tmp, "input")
         for k in range(count):
-            t: Target = TARGETS[k % len(TARGETS)]
+            t: Target = targets[k % len(targets)]
             data = mutate(rng, seeds[t.name])
             out.inputs[t.name] = out.inputs.get(t.name, 0) + 1
             signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -176,10 +180,11 @@ def _scratch_root() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def campaign(inputs: int, jobs: int, seed: int, timeout: float) -> Iterator[Result]:
+def campaign(inputs: int, jobs: int, seed: int, timeout: float,
+             targets: tuple[str, ...] = ()) -> Iterator[Result]:
     """Run ``inputs`` inputs split over ``jobs`` processes, in chunks; yield each chunk's."""
     chunk = 20_000
-    work = [(seed * 1_000_003 + i, min(chunk, inputs - i * chunk), timeout)
+    work = [(seed * 1_000_003 + i, min(chunk, inputs - i * chunk), timeout, targets)
             for i in range(-(-inputs // chunk))]
     if jobs <= 1:
         yield from map(run_worker, work)
@@ -196,11 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a hang")
     ap.add_argument("--out", default="fuzz-findings", help="folder for crashing inputs")
+    ap.add_argument("--target", action="append", default=[],
+                    help="fuzz only this reader (repeatable): " + ", ".join(
+                        t.name for t in TARGETS))
     args = ap.parse_args(argv)
     total = Result()
     start = time.time()
     done = 0
-    for r in campaign(args.inputs, args.jobs, args.seed, args.timeout):
+    for r in campaign(args.inputs, args.jobs, args.seed, args.timeout, tuple(args.target)):
         for k, v in r.inputs.items():
             total.inputs[k] = total.inputs.get(k, 0) + v
         for k, v in r.crashes.items():

@@ -17,3 +17,17 @@ def test_every_reader_survives_a_slice_of_the_campaign() -> None:
     assert all(n == 2000 for n in result.inputs.values()), result.inputs
     assert result.crashes == {}, "\n\n".join(text for text, _ in result.crashes.values())
     assert result.hangs == {}, sorted(result.hangs)
+
+
+def test_campaign_finding_corrupt_gzip_in_the_pprof_reader() -> None:
+    """Found by the 7,000,000-input run: a gzip header with an unknown method made the
+    profile.proto reader raise zlib.error; it is a ValueError like every other bad input."""
+    import gzip
+
+    import pytest
+
+    from heapscope.formats.pprof import decode_profile
+
+    for bad in (b"\x1f\x8b\x09\x00" + b"\x00" * 20, gzip.compress(b"\x08\x01" * 50)[:-9]):
+        with pytest.raises(ValueError):
+            decode_profile(bad)

@@ -7,8 +7,10 @@ profiles without a protobuf dependency.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
+from heapscope.errors import InputError
 from heapscope.formats.load import gunzip
 
 _VARINT = 0  # protobuf wire types
@@ -146,5 +148,8 @@ def _decode(data: bytes, kind: str) -> dict[str, Any]:
 def decode_profile(data: bytes) -> dict[str, Any]:
     """Decode profile.proto bytes (gzipped or not) into nested dicts named as in the proto."""
     if data[:2] == b"\x1f\x8b":
-        data = gunzip(data, "profile")
+        try:
+            data = gunzip(data, "profile")
+        except (OSError, EOFError, zlib.error, InputError) as e:
+            raise ValueError(f"corrupt or oversized gzip data ({e})") from None
     return _decode(data, "Profile")
