@@ -86,6 +86,11 @@ _RATES = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK), "leak_slow": S
 GROWING_OR_LEAK = frozenset({"leak", "growing"})
 _SHORT = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK),
           "leak_slow": Site(GROWING_OR_LEAK)}
+# Over 3 dumps leak_slow gains ~9 samples a dump on a level of ~30: its rise is about three
+# times the level's counting noise, so a draw of fewer samples than usual leaves it within
+# the noise and "steady" is an honest answer (seen in about 1 run in 10 of CI). It must never
+# be called bounded or churn.
+_SHORT3 = {**_SHORT, "leak_slow": Site(GROWING_OR_LEAK | STEADY)}
 _WORKER = {"load_config": Site(STEADY), "handle_requests": Site(NOT_GROWING)}
 
 
@@ -143,7 +148,7 @@ SCENARIOS: dict[str, Scenario] = {
             program_options=("--no-dump",),
             run_options=("--interval", "256k"),
         ),
-        Scenario("rates_n3", "rates", "4k", {"main": _SHORT}, steps=3,
+        Scenario("rates_n3", "rates", "4k", {"main": _SHORT3}, steps=3,
                  program_options=("--scale", "4")),
         Scenario("rates_n6", "rates", "4k", {"main": _SHORT}, steps=6,
                  program_options=("--scale", "4")),
