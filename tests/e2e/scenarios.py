@@ -458,17 +458,31 @@ class PgCluster:
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     @contextlib.contextmanager
-    def serving(self, argv: list[str], env: dict[str, str], log: Path
-                ) -> Iterator[subprocess.Popen[Any]]:
+    def serving(self, argv: list[str], env: dict[str, str], log: Path, *,
+                forward: bool = True) -> Iterator[subprocess.Popen[Any]]:
         """The server started behind ``argv`` and accepting connections; leaving the block
-        sends SIGTERM to ``argv`` (heapscope forwards it: a smart shutdown) and waits; the
-        cluster is stopped in any case."""
+        sends SIGTERM to ``argv`` (heapscope forwards it: a smart shutdown), or with
+        ``forward=False`` stops the server with ``pg_ctl stop -m fast`` (which does not wait
+        for sessions), then waits for ``argv`` to finish; the cluster is stopped in any
+        case."""
         proc = self.start(argv, env, log)
         try:
             self.wait_ready(proc, log)
             yield proc
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
+            if forward:
+                proc.send_signal(signal.SIGTERM)
+            else:
+                self.stop("fast")
+            try:
+                proc.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                tree = subprocess.run(["ps", "-eo", "pid,ppid,etime,stat,wchan:20,cmd"],
+                                      capture_output=True, text=True, check=False).stdout
+                raise ScenarioError(f"{argv[:4]} still running 180 s after the server "
+                                    f"stopped; its log:\n{_tail(log, 40)}\nprocesses:\n"
+                                    + "\n".join(ln for ln in tree.splitlines()
+                                                if "postgres" in ln or "heapscope" in ln
+                                                or "gdb" in ln or "runuser" in ln)) from None
         except BaseException:
             if proc.poll() is None:
                 proc.kill()
