@@ -317,9 +317,12 @@ def test_a_go_heap_profile_reads_like_go_tool_pprof(tmp_path: Path) -> None:
 
 
 def _go_pprof_space_v2(go: str, path: Path) -> float:
-    """inuse_space total of ``go tool pprof -raw`` (the fourth value of each sample)."""
+    """The in-use bytes ``go tool pprof -raw`` reads: its "inuse_space" column, or "space"
+    when pprof folds the in-use and allocated pairs (equal in every record) into one."""
     out = subprocess.run([go, "tool", "pprof", "-raw", str(path)], capture_output=True,
                          text=True, timeout=120, check=True).stdout
-    samples = out.split("Samples:", 1)[1].split("Locations", 1)[0]
-    return float(sum(int(m.group(1)) for m in re.finditer(
-        r"^\s*\d+\s+\d+\s+\d+\s+(\d+):", samples, re.M)))
+    lines = out.split("Samples:", 1)[1].split("Locations", 1)[0].strip().splitlines()
+    names = [n.split("/")[0] for n in lines[0].split()]
+    col = names.index("inuse_space") if "inuse_space" in names else names.index("space")
+    return float(sum(int(ln.split(":")[0].split()[col]) for ln in lines[1:]
+                     if re.match(r"^\s*\d", ln)))
