@@ -35,16 +35,17 @@ def open_regular(path: str) -> BinaryIO:
         raise
 
 
+def _new_fd(path: str, mode: int) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                   | getattr(os, "O_CLOEXEC", 0), mode)
+
+
 def create_new(path: str, mode: int = 0o644) -> BinaryIO:
     """Open ``path`` for writing only if nothing is there yet, never following a symlink:
     a file or link another user planted in a shared folder is never written through."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                 | getattr(os, "O_CLOEXEC", 0), mode)
-    return os.fdopen(fd, "wb")
+    return os.fdopen(_new_fd(path, mode), "wb")
 
 
 def create_new_text(path: str, mode: int = 0o644) -> TextIO:
     """:func:`create_new` for text (UTF-8)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                 | getattr(os, "O_CLOEXEC", 0), mode)
-    return os.fdopen(fd, "w", encoding="utf-8")
+    return os.fdopen(_new_fd(path, mode), "w", encoding="utf-8")
