@@ -82,6 +82,11 @@ _CACHE = {
     "leak_linear": Site(LEAK),
     "cache_fill": Site(BOUNDED),
 }
+# Under --interval 256k jemalloc's first interval dump fires inside startup_table (its 256 KiB
+# crosses the interval), so dump 0 holds part of the table and the next dump all of it: a rise
+# that stops at once. When the partial level is far enough below the full one that is a fill,
+# and bounded is the honest reading; never leak, growing or churn.
+_CACHE_INTERVAL = {**_CACHE, "startup_table": Site(STEADY | BOUNDED)}
 _RATES = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK), "leak_slow": Site(LEAK)}
 GROWING_OR_LEAK = frozenset({"leak", "growing"})
 _SHORT = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK),
@@ -144,7 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
             "cache_interval",
             "cache",
             "4k",
-            {"main": _CACHE},
+            {"main": _CACHE_INTERVAL},
             program_options=("--no-dump",),
             run_options=("--interval", "256k"),
         ),
