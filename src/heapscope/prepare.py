@@ -17,6 +17,7 @@ from heapscope.errors import InputError
 from heapscope.formats.cache import load_cached
 from heapscope.formats.load import dump_order, parse_dump_name
 from heapscope.formats.symbolized import SUFFIX
+from heapscope.formats.trust import FolderTrust, Ignored
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -32,20 +33,39 @@ class Prepared:
     wrappers: Wrappers = field(default_factory=Wrappers)
 
 
-def _dumps_in(folder: str) -> list[str]:
+def _dumps_in(folder: str, trust: FolderTrust | None = None,
+              ignored: list[Ignored] | None = None) -> list[str]:
+    trust = trust or FolderTrust()
     found = []
     for root, _dirs, files in os.walk(folder):
         for f in files:
             if f.endswith((".heap", ".heap.gz", ".heap" + SUFFIX)):
-                found.append(os.path.join(root, f))
+                path = os.path.join(root, f)
+                why = trust.reason(path)
+                if why is None:
+                    found.append(path)
+                elif ignored is not None:
+                    ignored.append(Ignored(path, why))
     return found
 
 
-def session_dumps(folder: str) -> list[str]:
+def _session_owners(folder: str) -> list[int]:
+    """The uid a session's manifest names as the owner of its dumps."""
+    from heapscope.capture.session import read_manifest
+
+    owner = read_manifest(folder).get("access", {})
+    uid = owner.get("dumps_owner", {}).get("uid") if isinstance(owner, dict) else None
+    return [uid] if isinstance(uid, int) and not isinstance(uid, bool) else []
+
+
+def session_dumps(folder: str, trust: FolderTrust | None = None,
+                  ignored: list[Ignored] | None = None) -> list[str]:
     """The dumps of a ``heapscope run`` session: the self-contained symbolized copy of each
     dump when there is one (no binaries needed), else the raw dump."""
-    raw = _dumps_in(os.path.join(folder, "dumps"))
-    copies = {os.path.basename(p): p for p in _dumps_in(os.path.join(folder, "symbolized"))}
+    trust = trust or FolderTrust()
+    raw = _dumps_in(os.path.join(folder, "dumps"), trust, ignored)
+    copies = {os.path.basename(p): p
+              for p in _dumps_in(os.path.join(folder, "symbolized"), trust, ignored)}
     out = []
     for path in raw:
         name = os.path.basename(path)
@@ -59,20 +79,33 @@ def is_session(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, "manifest.json"))
 
 
-def expand_inputs(paths: Iterable[str], *, latest: bool = False) -> list[str]:
+def expand_inputs(paths: Iterable[str], *, latest: bool = False,
+                  ignored: list[Ignored] | None = None,
+                  trust_uids: Iterable[int] = ()) -> list[str]:
     """Turn the user's arguments into dump files: a session or a folder means its dumps.
 
     Dumps are ordered by pid, then jemalloc's sequence numbers (numerically, so ``m10``
     follows ``m9``). With ``latest``, a folder gives only the newest dump of each process:
     views of one moment must not add up a series of snapshots (jeprof's glob does).
-    Files named one by one are always taken as given.
+    Files named one by one are always taken as given; files found in a folder other users
+    can write to are read only when :mod:`heapscope.formats.trust` allows, the others are
+    added to ``ignored``.
     """
     out: list[str] = []
+    extra = list(trust_uids)
     for p in paths:
         if os.path.isdir(p):
-            found = session_dumps(p) if is_session(p) else _dumps_in(p)
+            skipped: list[Ignored] = []
+            if is_session(p):
+                found = session_dumps(p, FolderTrust([*extra, *_session_owners(p)]), skipped)
+            else:
+                found = _dumps_in(p, FolderTrust(extra), skipped)
+            if ignored is not None:
+                ignored.extend(skipped)
             if not found:
-                raise InputError(p, "folder holds no .heap dumps")
+                why = (f"; {len(skipped)} file(s) left out, e.g. {skipped[0].path}: "
+                       f"{skipped[0].reason}" if skipped else "")
+                raise InputError(p, f"folder holds no .heap dumps{why}")
             ordered = sorted(found, key=dump_order)
             if latest:
                 newest: dict[int | str, str] = {}

@@ -10,6 +10,7 @@ opens it: ``manifest.json`` names the process and its jemalloc, ``dumps/`` holds
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from heapscope.analysis.leaks import LeakReport, find_leaks
 from heapscope.analysis.ownership import exe_aliases, facts_from_manifest
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.capture import session as sess
+from heapscope.capture.access import DumpOwner
 from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
 from heapscope.capture.procevents import read_image
 from heapscope.formats.load import parse_dump_name
@@ -137,6 +139,7 @@ class Controller:
         rc = r.rcs.get("prof.dump", 0)
         if rc != 0 or not os.path.exists(path):
             raise AttachError(_dump_problem(self.pid, path, rc))
+        sess.seal(path)
         record_modules(os.path.dirname(os.path.dirname(path)), self.pid)
         return r
 
@@ -167,14 +170,35 @@ def _dump_problem(pid: int, path: str, rc: int) -> str:
 
 
 def _uid(pid: int) -> int | None:
+    ids = _ids(pid)
+    return None if ids is None else ids[0]
+
+
+def _ids(pid: int) -> tuple[int, int] | None:
+    """The file-system uid and gid of a live process: who its dumps are written as."""
+    uid = gid = None
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("Uid:"):
-                    return int(line.split()[2])
+                    uid = int(line.split()[4])
+                elif line.startswith("Gid:"):
+                    gid = int(line.split()[4])
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    return None if uid is None or gid is None else (uid, gid)
+
+
+def target_owner(pid: int) -> DumpOwner | None:
+    """The user the target writes its dumps as (None when /proc does not say)."""
+    ids = _ids(pid)
+    if ids is None:
+        return None
+    try:
+        name = pwd.getpwuid(ids[0]).pw_name
+    except KeyError:
+        name = str(ids[0])
+    return DumpOwner(ids[0], ids[1], name)
 
 
 def process_info(pid: int) -> dict[str, Any]:
@@ -208,7 +232,11 @@ def open_session(ctl: Controller, path: str | None, facts: dict[str, Any] | None
     if path is not None and os.path.isdir(path) and sess.read_manifest(path):
         return os.path.abspath(path)
     info = process_info(ctl.pid)
-    folder = sess.create(path or default_session(ctl.pid), info["cmdline"] or [str(ctl.pid)])
+    owner = target_owner(ctl.pid)
+    if owner is not None and owner.uid != os.geteuid() and os.geteuid() != 0:
+        owner = None  # only root can hand a folder over; the target then says it cannot write
+    folder = sess.create(path or default_session(ctl.pid), info["cmdline"] or [str(ctl.pid)],
+                         owner)
     manifest: dict[str, Any] = {
         "format": "heapscope-session",
         "version": 1,
@@ -219,6 +247,7 @@ def open_session(ctl: Controller, path: str | None, facts: dict[str, Any] | None
         "start_time": time.time(),
         "pid": ctl.pid,
         "jemalloc": facts or {},
+        "access": sess.access_facts(owner),
         "processes": [{"pid": ctl.pid, "ppid": info["ppid"], "exe": info["exe"],
                        "cmdline": info["cmdline"]}],
     }

@@ -65,7 +65,7 @@ class RunResult:
 
 
 def _tee(src: int, log_path: str, on_line: Callable[[bytes], None]) -> None:
-    with create_new(log_path) as log:
+    with create_new(log_path, 0o600) as log:
         pending = b""
         while True:
             try:

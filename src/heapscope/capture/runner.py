@@ -19,6 +19,7 @@ from heapscope.analysis.series import (
     load_series,
     unreadable_series,
 )
+from heapscope.capture import access
 from heapscope.capture import session as sess
 from heapscope.capture.conf import build_conf, env_var
 from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspect_target
@@ -27,6 +28,7 @@ from heapscope.capture.launch import run as launch
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.files import create_new_text
 from heapscope.formats import symbolized
+from heapscope.formats.load import parse_dump_name
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions
 
@@ -48,6 +50,7 @@ class RunOptions:
     symbol_options: SymbolOptions = field(default_factory=SymbolOptions)
     every: float | None = None  # seconds between dumps taken from outside (heapscope attach)
     frames: FramePolicy = field(default_factory=FramePolicy)  # how sites are named
+    user: str | None = None  # the user the program runs as (owns dumps/)
 
 
 @dataclass
@@ -122,7 +125,8 @@ def run_session(cmd: list[str], opts: RunOptions,
         # The dumps folder goes into MALLOC_CONF's prof_prefix, and jemalloc splits at commas.
         raise UsageError(f"{opts.output}: a session folder cannot contain a comma (MALLOC_CONF "
                          "separates options with commas)")
-    path = sess.create(opts.output, cmd)
+    owner = access.dump_owner(cmd, opts.user)
+    path = sess.create(opts.output, cmd, owner)
     dumps_dir = os.path.join(path, "dumps")
     conf = build_conf(
         os.path.join(dumps_dir, "jeprof"), sample=opts.sample, interval=opts.interval,
@@ -134,6 +138,7 @@ def run_session(cmd: list[str], opts: RunOptions,
     manifest = sess.manifest_base(cmd, env_var(lib.prefix), conf,
                                   {"path": lib.path, "version": lib.version,
                                    "prefix": lib.prefix, "preloaded": lib.preload}, start)
+    manifest["access"] = sess.access_facts(owner)
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
     summaries: list[str] = []
 
@@ -143,11 +148,13 @@ def run_session(cmd: list[str], opts: RunOptions,
 
     result = launch(cmd, env, stderr_log=os.path.join(path, "stderr.log"),
                     on_stderr_line=on_line, every=opts.every, periodic=_dumps_from_outside)
+    sess.seal_dumps(path)
     if summaries:
-        with create_new_text(os.path.join(path, "leak-summaries.txt")) as f:
+        with create_new_text(os.path.join(path, "leak-summaries.txt"), 0o600) as f:
             f.write("\n".join(summaries) + "\n")
     _write_rss(path, result)
-    return _collect(path, cmd, opts, lib, result, manifest, summaries, progress)
+    notes = _unwritable_dumps(summaries, owner)
+    return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes)
 
 
 def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
@@ -176,7 +183,7 @@ def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
 
 
 def _write_rss(path: str, result: RunResult) -> None:
-    with create_new_text(os.path.join(path, "rss.csv")) as f:
+    with create_new_text(os.path.join(path, "rss.csv"), 0o600) as f:
         f.write("t_seconds,pid,rss_bytes\n")
         for t, pid, rss in result.watcher.timeline:
             f.write(f"{t},{pid},{rss}\n")
@@ -198,10 +205,11 @@ def _module_paths(profiles: list[Profile]) -> dict[str, str]:
 
 def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
              result: RunResult, manifest: dict[str, Any], summaries: list[str],
-             progress: Callable[[str, int, int], None] | None) -> SessionResult:
+             progress: Callable[[str, int, int], None] | None,
+             notes: list[str]) -> SessionResult:
     dumps_dir = os.path.join(path, "dumps")
     by_pid = _final_dumps(dumps_dir)
-    notes = _notes(result, lib, by_pid) + result.problems
+    notes = notes + _notes(result, lib, by_pid) + result.problems
     sess.collect_perf_maps(path, sorted(by_pid))
     procs = result.watcher.procs
     aliases = exe_aliases({pid: ProcessFacts(pid, p.ppid, p.exe, tuple(p.cmdline))
@@ -226,6 +234,10 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
                                                os.path.basename(dump) + symbolized.SUFFIX))
         series.raw = []
         all_series.append(series)
+    for pid, tried in sorted(_unwritten_pids(summaries).items()):
+        if pid not in by_pid:
+            # It ran and allocated, but its dump was never written: never "clean".
+            all_series.append(unreadable_series(pid, [f"jemalloc could not write {tried}"]))
     info = {pid: {"ppid": p.ppid, "exe": p.exe, "cmdline": p.cmdline}
             for pid, p in procs.items()}
     report = find_leaks(all_series, info=info, root=result.pid)
@@ -251,6 +263,31 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
     out = SessionResult(path, cmd, result, report, diagnostics, notes, summaries)
     sess.write_json(os.path.join(path, "report.json"), out.report())
+    return out
+
+
+_FAILED_OPEN = re.compile(r'failed to open "(?P<path>[^"]*)"')
+
+
+def _unwritable_dumps(summaries: list[str], owner: access.DumpOwner) -> list[str]:
+    """A note when jemalloc said it could not create dump files: the program (or a child)
+    ran as a user that cannot write the session's dumps folder."""
+    failed = [ln for ln in summaries if _FAILED_OPEN.search(ln)]
+    if not failed:
+        return []
+    return [f"jemalloc could not write {len(failed)} dump(s) ({failed[0].strip()}): a process "
+            f"ran as a user other than {owner.name}, who owns dumps/; if the program switches "
+            "user, name it with --user USER"]
+
+
+def _unwritten_pids(summaries: list[str]) -> dict[int, str]:
+    """Processes whose dump jemalloc could not create: pid -> the file it tried."""
+    out: dict[int, str] = {}
+    for line in summaries:
+        m = _FAILED_OPEN.search(line)
+        name = parse_dump_name(m.group("path")) if m else None
+        if m and name is not None and name.pid is not None:
+            out.setdefault(name.pid, m.group("path"))
     return out
 
 

@@ -27,6 +27,8 @@ import tempfile
 import time
 from typing import Any
 
+from heapscope.capture import access
+from heapscope.capture.access import DumpOwner
 from heapscope.errors import UsageError
 from heapscope.files import create_new, open_regular
 
@@ -41,44 +43,125 @@ def default_name(cmd: list[str], now: float | None = None) -> str:
     return f"heapscope-{prog}-{stamp}"
 
 
-def create(path: str | None, cmd: list[str]) -> str:
+def create(path: str | None, cmd: list[str], owner: DumpOwner | None = None) -> str:
     """Create the session folder and its ``dumps/``; fail clearly rather than overwrite.
 
-    When heapscope runs as root the dumps folder is made world-writable (sticky), because the
-    profiled program may drop privileges (``runuser``, ``su``, a server's own setuid) and its
-    jemalloc must still be able to write there.
+    The session is the caller's alone (mode 0700). When the program's dumps are written by
+    another user (``owner``: a server that drops privileges), ``dumps/`` belongs to that user
+    (mode 0700) and the session folder lets only that user's group pass through it (0710, no
+    listing). Modes and owners are set on open descriptors, never on paths that could be
+    swapped for a link between two calls.
     """
+    me = access.caller()
+    owner = owner or me
     if path is None:
         base = default_name(cmd)
-        path = base
-        n = 1
-        while os.path.exists(path):
-            n += 1
-            path = f"{base}-{n}"
+        path, n = base, 1
+        while True:
+            try:
+                os.mkdir(path, 0o700)
+                break
+            except FileExistsError:  # taken (perhaps just now): the next free name
+                n += 1
+                path = f"{base}-{n}"
+            except OSError as e:
+                raise UsageError(f"{os.path.abspath(path)}: cannot create the session: "
+                                 f"{e.strerror or e}") from None
+    else:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            _check_reusable(os.path.abspath(path), me.uid)
+        except OSError as e:
+            raise UsageError(f"{os.path.abspath(path)}: cannot create the session: "
+                             f"{e.strerror or e}") from None
     path = os.path.abspath(path)
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise UsageError(f"{path}: exists and is not a folder; choose another -o")
-        if os.listdir(path):
-            raise UsageError(f"{path}: folder exists and is not empty; heapscope never "
-                             "overwrites a session, choose another -o")
-        st = os.lstat(path)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            # Someone else could plant files (links) in it while the session is written.
-            raise UsageError(f"{path}: folder is not yours alone (owner uid {st.st_uid}, mode "
-                             f"{stat.S_IMODE(st.st_mode):o}); choose another -o")
     try:
-        os.makedirs(os.path.join(path, "dumps"), exist_ok=True)
-        os.makedirs(os.path.join(path, "symbolized"), exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=os.path.join(path, "dumps"))
-        os.close(fd)
-        os.unlink(probe)
+        top = os.open(path, _DIR_FLAGS)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot open the session folder: {e.strerror or e}") from None
+    try:
+        st = os.fstat(top)
+        if st.st_uid != me.uid or os.listdir(top):
+            # Swapped or filled between the check and the open.
+            raise UsageError(f"{path}: folder changed while the session was created; "
+                             "choose another -o")
+        shared = owner.uid != me.uid
+        if shared:
+            os.fchown(top, -1, owner.gid)
+        os.fchmod(top, 0o710 if shared else 0o700)
+        for name in ("dumps", "symbolized"):
+            os.mkdir(name, 0o700, dir_fd=top)
+        sub = os.open("dumps", _DIR_FLAGS, dir_fd=top)
+        try:
+            if shared:
+                os.fchown(sub, owner.uid, owner.gid)
+            os.fchmod(sub, 0o700)
+        finally:
+            os.close(sub)
     except OSError as e:
         raise UsageError(f"{path}: cannot write the session there: "
                          f"{e.strerror or e}") from None
-    if os.geteuid() == 0:
-        os.chmod(os.path.join(path, "dumps"), 0o1777)
+    finally:
+        os.close(top)
     return path
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _check_reusable(path: str, uid: int) -> None:
+    """An existing ``-o`` folder is used only when it is an empty folder of the caller's
+    that no one else can write into (or plant links in) while the session is written."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{path}: is a symbolic link; choose another -o")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path}: exists and is not a folder; choose another -o")
+    if st.st_uid != uid or st.st_mode & 0o022:
+        raise UsageError(f"{path}: folder is not yours alone (owner uid {st.st_uid}, mode "
+                         f"{stat.S_IMODE(st.st_mode):o}); choose another -o")
+    if os.listdir(path):
+        raise UsageError(f"{path}: folder exists and is not empty; heapscope never "
+                         "overwrites a session, choose another -o")
+
+
+def access_facts(owner: DumpOwner | None) -> dict[str, Any]:
+    """The manifest's ``access`` entry: who may write the dumps and who may read them."""
+    me = access.caller()
+    owner = owner or me
+    readers = sorted({"root", me.name, owner.name})
+    return {"session_mode": "0710" if owner.uid != me.uid else "0700",
+            "session_owner": me.as_dict(), "dumps_owner": owner.as_dict(),
+            "dumps_mode": "0600", "readable_by": readers}
+
+
+def seal_dumps(session: str) -> None:
+    """Make each dump readable by its owner only (0600): jemalloc creates them 0644 under
+    the program's umask."""
+    folder = os.path.join(session, "dumps")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        seal(os.path.join(folder, name))
+
+
+def seal(path: str) -> None:
+    """chmod 0600 a regular file, through a descriptor opened without following links."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str, data: Any) -> None:
@@ -116,7 +199,7 @@ def collect_perf_maps(session: str, pids: list[int]) -> list[str]:
             dst = os.path.join(session, "dumps", os.path.basename(src))
             try:
                 # Read only as a regular file, write only a new file (no planted link).
-                with open_regular(src) as fin, create_new(dst) as fout:
+                with open_regular(src) as fin, create_new(dst, 0o600) as fout:
                     shutil.copyfileobj(fin, fout)
                 copied.append(dst)
             except OSError:

@@ -12,7 +12,7 @@ from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.filter import select_threads
 from heapscope.analysis.fold import FramePolicy, Wrappers
 from heapscope.analysis.top import SAMPLE_INDEX, View
-from heapscope.errors import InputError
+from heapscope.errors import InputError, UsageError
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
@@ -41,6 +41,41 @@ def add_symbol_options(p: argparse.ArgumentParser) -> None:
                    help="do not read or write the symbol cache ($HEAPSCOPE_CACHE_DIR)")
     g.add_argument("-v", "--verbose", action="store_true",
                    help="also print informational notes about symbols")
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """Which files found in folders other users can write to are read."""
+    p.add_argument("--trust-owner", action="append", default=[], metavar="USER",
+                   help="also read dumps owned by USER found in a folder other users can "
+                        "write to (/tmp, a mode-1777 folder); by default only yours, root's "
+                        "and the folder owner's are read there")
+
+
+def find_dumps(args: argparse.Namespace, paths: list[str], *,
+               latest: bool = False) -> list[str]:
+    """The dump files the arguments name (:func:`heapscope.prepare.expand_inputs`); files
+    left out of shared folders are named on stderr, and kept in ``args.ignored_dumps``."""
+    from heapscope.formats.trust import Ignored, uid_of
+    from heapscope.prepare import expand_inputs
+    from heapscope.terminal import clean
+
+    uids = []
+    for user in getattr(args, "trust_owner", []):
+        uid = uid_of(user)
+        if uid is None:
+            raise UsageError(f"--trust-owner {user}: no such user on this host")
+        uids.append(uid)
+    ignored: list[Ignored] = []
+    found = expand_inputs(paths, latest=latest, ignored=ignored, trust_uids=uids)
+    seen: list[Ignored] = getattr(args, "ignored_dumps", [])
+    seen.extend(ignored)
+    args.ignored_dumps = seen
+    for item in ignored[:5]:
+        print(f"heapscope: left out {clean(item.path)}: {item.reason}", file=sys.stderr)
+    if len(ignored) > 5:
+        print(f"heapscope: left out {len(ignored) - 5} more file(s) for the same reasons",
+              file=sys.stderr)
+    return found
 
 
 def add_frame_options(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 
 from heapscope.cli import top
-from heapscope.cli.common import add_frame_options, add_symbol_options, add_view_options
+from heapscope.cli.common import (
+    add_frame_options,
+    add_input_options,
+    add_symbol_options,
+    add_view_options,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     add_frame_options(p)
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 

@@ -9,15 +9,16 @@ from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
 from heapscope.cli.common import (
     add_frame_options,
+    add_input_options,
     add_sample_options,
     add_symbol_options,
+    find_dumps,
     frame_policy,
     load_profiles,
     per_process,
     session_aliases,
 )
 from heapscope.errors import UsageError
-from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.callgraph import (
     FORMATS,
@@ -83,6 +84,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="draw the difference from this base dump (growth red, shrinkage green)")
     add_frame_options(p)
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 
@@ -107,14 +109,14 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.output, args.force)
     options = GraphOptions(args.sample, args.granularity, args.nodecount, args.nodefraction,
                            args.edgefraction, args.focus, args.ignore)
-    paths = expand_inputs(args.dumps, latest=True)
+    paths = find_dumps(args, args.dumps, latest=True)
     if not paths:
         raise UsageError("no dumps given")
     with DelayedProgress() as bar:
         profiles = per_process(args.dumps, load_profiles(
             paths, args, bar.update, aliases=session_aliases(args.dumps), fold=False),
             roots=not args.base)[0]
-        base = (per_process([args.base], load_profiles(expand_inputs([args.base], latest=True),
+        base = (per_process([args.base], load_profiles(find_dumps(args, [args.base], latest=True),
                                                        args, bar.update, fold=False),
                             roots=False)[0]
                 if args.base else None)

@@ -14,7 +14,9 @@ from heapscope.analysis.suppress import read_file
 from heapscope.capture.session import read_manifest
 from heapscope.cli.common import (
     add_frame_options,
+    add_input_options,
     add_symbol_options,
+    find_dumps,
     frame_policy,
     print_diagnostics,
     session_aliases,
@@ -23,7 +25,7 @@ from heapscope.cli.common import (
 from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
 from heapscope.errors import InputError, UsageError
-from heapscope.prepare import expand_inputs, is_session
+from heapscope.prepare import is_session
 from heapscope.progress import DelayedProgress
 from heapscope.render.commands import print_commands
 from heapscope.render.leaks import render_leaks
@@ -46,6 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="also write flamegraph.html (and timeline.html for a session) in DIR")
     add_frame_options(p)
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.paths:
         raise UsageError("no session, folder or dump given: heapscope leaks PATH…")
     rules = [r for f in args.suppressions for r in read_file(f)]
-    dumps = expand_inputs(args.paths)
+    dumps = find_dumps(args, args.paths)
     info, root = _session_info(args.paths)
     opts = symbol_options(args, args.paths)
     frames = frame_policy(args)
@@ -87,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     for s in series:
         print_diagnostics(tuple(s.diagnostics), args.verbose)
     report = find_leaks(series, info=info, root=root, suppressions=rules)
+    left_out = getattr(args, "ignored_dumps", [])
+    if left_out:
+        report.notes.append(f"{len(left_out)} file(s) were left out of a folder other users "
+                            f"can write to, e.g. {left_out[0].path}: {left_out[0].reason}")
     if args.verbose and report.wrappers.describe():
         print(f"heapscope: {report.wrappers.describe()}", file=sys.stderr)
     if args.format == "json":

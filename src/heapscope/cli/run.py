@@ -47,6 +47,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--conf", default="", metavar="RAW",
                    help="extra MALLOC_CONF options, passed through as they are")
     p.add_argument("--jemalloc", metavar="PATH", help="the libjemalloc.so to preload")
+    p.add_argument("--user", metavar="USER",
+                   help="the user the program runs as once started (a server that drops "
+                        "privileges): it alone may write the dumps folder. Found by itself "
+                        "for runuser -u, sudo -u, setpriv --reuid, su, gosu, su-exec, chpst")
     add_gate_options(p, "total")
     p.add_argument("--no-symbolize", action="store_true",
                    help="do not symbolize now (the session then needs the binaries later)")
@@ -78,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         symbol_options=symbol_options(args),
         every=args.every,
         frames=frame_policy(args),
+        user=args.user,
     )
     if args.every is not None and args.every <= 0:
         raise UsageError("--every needs a positive number of seconds")

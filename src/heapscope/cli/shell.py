@@ -19,8 +19,10 @@ from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
 from heapscope.cli.common import (
     add_frame_options,
+    add_input_options,
     add_symbol_options,
     add_view_options,
+    find_dumps,
     load_profiles,
     session_aliases,
     view_from_args,
@@ -55,21 +57,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--merge", action="store_true")
     add_frame_options(p)
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope shell``: prepare the dumps, then the prompt."""
     from heapscope.errors import UsageError
-    from heapscope.prepare import expand_inputs
     from heapscope.progress import DelayedProgress
 
-    paths = expand_inputs(args.dumps, latest=True)
+    paths = find_dumps(args, args.dumps, latest=True)
     if len(paths) > 1 and not args.merge:
         raise UsageError("the shell works on one dump (or several with --merge)")
     with DelayedProgress() as bar:
         profiles = load_profiles(paths, args, bar.update, aliases=session_aliases(args.dumps))
-        base = (load_profiles(expand_inputs([args.base], latest=True), args, bar.update)
+        base = (load_profiles(find_dumps(args, [args.base], latest=True), args, bar.update)
                 if args.base else None)
     Shell(profiles, view_from_args(args), base).loop()
     return 0

@@ -10,14 +10,15 @@ from heapscope.analysis.aggregate import Table
 from heapscope.analysis.top import View, build_table
 from heapscope.cli.common import (
     add_frame_options,
+    add_input_options,
     add_symbol_options,
     add_view_options,
+    find_dumps,
     load_profiles,
     session_aliases,
     view_from_args,
 )
 from heapscope.errors import UsageError
-from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.json import render_json, table_dict
 from heapscope.render.text import render_table
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="open an interactive shell (top, topN, --cum, focus, …)")
     add_frame_options(p)
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 
@@ -49,14 +51,14 @@ def _warn_empty(table: Table, view: View) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope top``."""
-    paths = expand_inputs(args.dumps, latest=True)
+    paths = find_dumps(args, args.dumps, latest=True)
     view = view_from_args(args)
     if args.interactive and (len(paths) > 1 and not args.merge):
         raise UsageError("-i works on one dump (or several with --merge)")
     with DelayedProgress() as bar:
         profiles = load_profiles(paths, args, bar.update,
                                  aliases=session_aliases(args.dumps))
-        base_paths = expand_inputs([args.base], latest=True) if args.base else []
+        base_paths = find_dumps(args, [args.base], latest=True) if args.base else []
         base_profiles = load_profiles(base_paths, args, bar.update) if args.base else None
     if args.interactive:
         from heapscope.cli.shell import Shell
