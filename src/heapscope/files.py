@@ -4,13 +4,20 @@ A memory map, a dump folder or a command line can name a FIFO, a device or a soc
 opening one of those with a plain ``open()`` can block forever (a FIFO without a writer) or
 read without end (/dev/zero). :func:`open_regular` opens without blocking, checks that the
 descriptor is a regular file, and only then hands back a normal file object.
+
+Writing goes the other way round: :func:`create_new` never follows a link, and
+:func:`replace_atomically` / :func:`create_atomically` publish a finished file under an
+unpredictable temporary name, so a symlink another user planted at a predictable name
+(``out.html.tmp1234``) is never written through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import tempfile
 from typing import BinaryIO, TextIO
 
 
@@ -49,3 +56,75 @@ def create_new(path: str, mode: int = 0o644) -> BinaryIO:
 def create_new_text(path: str, mode: int = 0o644) -> TextIO:
     """:func:`create_new` for text (UTF-8)."""
     return os.fdopen(_new_fd(path, mode), "w", encoding="utf-8")
+
+
+def current_umask() -> int:
+    """The process's file-creation mask (``umask``)."""
+    # /proc reports it without changing it; os.umask() can only read the mask by setting
+    # another, and a file another thread creates meanwhile would get that one.
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8) & 0o777
+    except (OSError, ValueError, IndexError):
+        pass
+    # No /proc (or a kernel before 4.7): set the strictest mask for that instant, so a file
+    # created meanwhile is at worst too private, never too open.
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _temp_beside(path: str, data: bytes) -> str:
+    """A new file in ``path``'s folder holding ``data``, mode ``0o666 & ~umask``; its name."""
+    folder = os.path.dirname(path) or "."
+    # mkstemp: O_EXCL and a random name, so nothing planted in the folder is written through.
+    # The base name is cut so the temporary name stays within NAME_MAX (255).
+    prefix = "." + os.path.basename(path)[:200] + "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            # mkstemp makes 0600; the result should look like any file this process creates.
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def replace_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: readers see the old
+    file or the whole new one, never a part. Whatever is at ``path`` (a file, a symlink) is
+    replaced, never written through."""
+    tmp = _temp_beside(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def create_atomically(path: str, data: bytes) -> None:
+    """Like :func:`replace_atomically`, but only if nothing is at ``path``:
+    :class:`FileExistsError` otherwise (also when something appears there meanwhile)."""
+    tmp = _temp_beside(path, data)
+    try:
+        try:
+            os.link(tmp, path, follow_symlinks=False)  # atomic; fails if path exists
+        except FileExistsError:
+            raise
+        except OSError:
+            # A file system without hard links: the check and the rename are two steps there.
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, "File exists", path) from None
+            os.rename(tmp, path)
+            return
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.unlink(tmp)

@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="delete the drop-in heapscope wrote (the dumps stay)")
     g.add_argument("--systemd-dir", metavar="DIR", default=None,
                    help=f"where unit drop-ins live (default {systemd.SYSTEMD_DIR})")
+    g.add_argument("--user", metavar="NAME", default=None,
+                   help="the user the service runs as, who alone owns the dump folder (mode "
+                        "0700); default: its User= from systemctl show, or root")
     p.set_defaults(func=run)
 
 
@@ -74,9 +77,12 @@ class Settings:
 def _check_args(args: argparse.Namespace) -> None:
     if args.systemd is None:
         for flag, given in (("--install", args.install), ("--remove", args.remove),
-                            ("--systemd-dir", args.systemd_dir is not None)):
+                            ("--systemd-dir", args.systemd_dir is not None),
+                            ("--user", args.user is not None)):
             if given:
                 raise UsageError(f"{flag} needs --systemd UNIT")
+    if args.user is not None:
+        systemd.check_user_name(args.user)
     if args.java and args.systemd is not None:
         raise UsageError(f"--java does not combine with --systemd; add {JAVA_FLAGS} to the "
                          "service's java command line yourself")
@@ -195,14 +201,34 @@ def _after_lines(unit: str, dump_dir: str) -> list[str]:
             f"# To undo: heapscope env --systemd {shlex.quote(unit)} --remove"]
 
 
-def systemd_preview(unit: str, target: Path, dropin: systemd.DropIn) -> list[str]:
+def _note_lines(note: str | None) -> list[str]:
+    return [] if note is None else [f"# heapscope: {note}"]
+
+
+def _make_dir_line(dump_dir: str, owner: systemd.ServiceUser | None) -> str:
+    d = shlex.quote(dump_dir)
+    if owner is None:
+        return f"# {dump_dir} exists and is used as it is"
+    return (f"install -d -m 0700 -o {shlex.quote(owner.name)} -g {shlex.quote(owner.group)} "
+            f"{d}")
+
+
+def systemd_preview(unit: str, target: Path, dropin: systemd.DropIn,
+                    owner: systemd.ServiceUser | None, note: str | None = None) -> list[str]:
     """The drop-in and every step, as shell lines (what --install would do, plus the rest)."""
     text = dropin.text()
-    d = shlex.quote(dropin.dump_dir)
-    return [f"# heapscope env --systemd: heap profiling with jemalloc for {unit}.",
+    lines = [f"# heapscope env --systemd: heap profiling with jemalloc for {unit}.",
+             *_note_lines(note)]
+    found = systemd.peek_dump_dir(dropin.dump_dir)
+    if isinstance(found, str):
+        lines.append(f"# heapscope: WARNING: {dropin.dump_dir} {found}: --install refuses it; "
+                     "give a real folder with --dir")
+    elif found is not None:
+        lines += [f"# heapscope: {w}" for w in systemd.dump_dir_warnings(found, owner)]
+    return [*lines,
             "# Run this command again with --install (as root) to do the first three steps; "
             "by hand:",
-            f"mkdir -p -m 1777 {d}",
+            _make_dir_line(dropin.dump_dir, owner),
             f"mkdir -p {shlex.quote(str(target.parent))}",
             f"cat > {shlex.quote(str(target))} <<'EOF'",
             *text.splitlines(),
@@ -211,29 +237,41 @@ def systemd_preview(unit: str, target: Path, dropin: systemd.DropIn) -> list[str
             *_after_lines(unit, dropin.dump_dir)]
 
 
-def install(unit: str, target: Path, dropin: systemd.DropIn) -> list[str]:
+def _dump_dir_lines(d: systemd.DumpDir, owner: systemd.ServiceUser | None) -> list[str]:
+    if d.created:
+        assert owner is not None
+        return [f"# heapscope: created {d.path} (mode 0700, owner {owner.name}) for the dumps"]
+    who = systemd.user_name(d.uid)
+    if owner is not None and d.uid == owner.uid:
+        lines = [f"# heapscope: dumps go to {d.path} (it exists, owned by {who}, mode "
+                 f"{d.mode:04o}; left as it is)"]
+    else:
+        service = "the service's user" if owner is None else f"the service's user {owner.name}"
+        lines = [f"# heapscope: dumps go to {d.path} (it exists, owned by {who}, mode "
+                 f"{d.mode:04o}: {service} must be able to write there)"]
+    return lines + [f"# heapscope: {w}" for w in systemd.dump_dir_warnings(d, owner)]
+
+
+def install(unit: str, target: Path, dropin: systemd.DropIn,
+            owner: systemd.ServiceUser | None, note: str | None = None) -> list[str]:
     """Write the drop-in and create the dump folder; return what to print."""
     text = dropin.text()
     systemd.check_replaceable(target)  # refuse before changing anything
-    existed = target.exists()
-    created = systemd.make_dump_dir(dropin.dump_dir)
-    systemd.write_dropin(target, text)
-    lines = [f"# heapscope: {'updated' if existed else 'wrote'} {target}"]
-    if created:
-        lines.append(f"# heapscope: created {dropin.dump_dir} (mode 1777) for the dumps")
-    else:
-        lines.append(f"# heapscope: dumps go to {dropin.dump_dir} (it exists: the service's "
-                     "user must be able to write there)")
-    lines += ["# Apply it (heapscope restarts nothing itself):", *_apply_lines(unit),
-              *_after_lines(unit, dropin.dump_dir)]
-    return lines
+    made = systemd.make_dump_dir(dropin.dump_dir, owner)
+    replaced = systemd.write_dropin(target, text)
+    return [*_note_lines(note),
+            f"# heapscope: {'updated' if replaced else 'wrote'} {target}",
+            *_dump_dir_lines(made, owner),
+            "# Apply it (heapscope restarts nothing itself):", *_apply_lines(unit),
+            *_after_lines(unit, dropin.dump_dir)]
 
 
 def remove(unit: str, target: Path) -> list[str]:
     """Delete our drop-in (only ours); return what to print."""
-    dump_dir = systemd.read_dump_dir(target) if systemd.is_ours(target) else None
-    if not systemd.remove_dropin(target):
+    text = systemd.take_dropin(target)
+    if text is None:
         return [f"# heapscope: no drop-in at {target}; nothing to remove"]
+    dump_dir = systemd.dump_dir_of(text)
     lines = [f"# heapscope: removed {target}"]
     if dump_dir:
         lines.append(f"# The dumps stay in {dump_dir} (delete them yourself when done).")
@@ -252,10 +290,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             s = settings(args, _dump_dir(args, unit))
             dropin = systemd.DropIn(unit, s.preload, s.var, s.conf, s.dump_dir)
+            dropin.text()  # refuses control characters before systemd is asked anything
+            existing = bool(args.dir) and os.path.isdir(s.dump_dir)
+            owner, note = systemd.service_user(unit, args.user, existing_dir=existing)
             if args.install:
-                lines = install(unit, target, dropin)
+                lines = install(unit, target, dropin, owner, note)
             else:
-                lines = systemd_preview(unit, target, dropin)
+                lines = systemd_preview(unit, target, dropin, owner, note)
     else:
         s = settings(args, _dump_dir(args, None))
         lines = java_lines(s, args) if args.java else shell_lines(s, args)

@@ -8,11 +8,9 @@ Formats: ``pprof`` (gzipped profile.proto for go tool pprof, Pyroscope, Parca), 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import os
 import sys
-import tempfile
 
 from heapscope.analysis.top import SAMPLE_INDEX, View, filtered
 from heapscope.cli.common import (
@@ -22,6 +20,7 @@ from heapscope.cli.common import (
     session_aliases,
 )
 from heapscope.errors import InputError, UsageError
+from heapscope.files import replace_atomically
 from heapscope.model import Profile
 from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
@@ -91,27 +90,11 @@ def _write(path: str, data: bytes, force: bool) -> None:
             with open(path, "xb") as fh:
                 fh.write(data)
             return
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".heapscope-export-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_atomically(path, data)
     except FileExistsError:
         raise InputError(path, "already exists (use --force to overwrite it)") from None
     except OSError as e:
         raise InputError(path, f"cannot write: {e.strerror or e}") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _load(args: argparse.Namespace) -> list[Profile]:

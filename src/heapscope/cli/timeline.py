@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
 from heapscope.errors import UsageError
+from heapscope.files import replace_atomically
 from heapscope.progress import DelayedProgress
 from heapscope.render.timeline import collect_timeline, render_html, render_svg, svg_to_png
 
@@ -41,13 +43,16 @@ def run(args: argparse.Namespace) -> int:
                               progress=bar.update)
         bar.update(f"writing {args.output}", 0, 0)
         if ext == ".png":
-            tool = svg_to_png(render_svg(tl), args.output)
+            # The converter opens its output by name and would follow a symlink planted at
+            # it: it writes into a private folder, and the result is moved into place.
+            with tempfile.TemporaryDirectory(prefix="heapscope-png-") as private:
+                png = os.path.join(private, "timeline.png")
+                tool = svg_to_png(render_svg(tl), png)
+                with open(png, "rb") as f:
+                    replace_atomically(args.output, f.read())
         else:
             text = render_html(tl) if ext in (".html", ".htm") else render_svg(tl)
-            tmp = f"{args.output}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, args.output)
+            replace_atomically(args.output, text.encode("utf-8"))
             tool = ""
     print_diagnostics(tuple(tl.diagnostics), args.verbose)
     how = f" with {tool}" if tool else ""

@@ -16,12 +16,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 
 from heapscope.analysis.aggregate import Key
 from heapscope.analysis.graph import Edge, Graph, Node
 from heapscope.errors import ToolError, UsageError
+from heapscope.files import create_atomically, replace_atomically
 from heapscope.units import human_bytes, percent
 
 FORMATS = ("svg", "png", "pdf", "gif", "dot")
@@ -243,25 +243,6 @@ def find_dot() -> str:
     return dot
 
 
-def _publish(tmp: str, path: str, force: bool) -> None:
-    """Move the finished file ``tmp`` to ``path``; never replace a file unless ``force``."""
-    if force:
-        os.replace(tmp, path)
-        return
-    try:
-        os.link(tmp, path)  # atomic and fails if path appeared meanwhile
-    except FileExistsError:
-        raise UsageError(f"{path}: exists; heapscope does not overwrite it without "
-                         "--force") from None
-    except OSError:  # a file system without hard links
-        if os.path.lexists(path):
-            raise UsageError(f"{path}: exists; heapscope does not overwrite it without "
-                             "--force") from None
-        os.replace(tmp, path)
-        return
-    os.unlink(tmp)
-
-
 def write_graph(g: Graph, path: str, fmt: str, *, force: bool = False) -> None:
     """Write the graph to ``path`` as ``fmt`` (DOT text, or an image made by ``dot``)."""
     if fmt not in FORMATS:
@@ -276,31 +257,17 @@ def write_graph(g: Graph, path: str, fmt: str, *, force: bool = False) -> None:
         sys.stdout.flush()
         return
     check_output(path, force)
-    folder = os.path.dirname(os.path.abspath(path))
+    data = text if dot is None else _run_dot(dot, fmt, text, None)
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".heapscope-graph-", suffix="." + fmt)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
-    try:
-        if dot is None:
-            with os.fdopen(fd, "wb") as f:
-                f.write(text)
+        if force:
+            replace_atomically(path, data)
         else:
-            os.close(fd)
-            _run_dot(dot, fmt, text, tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        _publish(tmp, path, force)
+            create_atomically(path, data)
+    except FileExistsError:  # appeared since check_output
+        raise UsageError(f"{path}: exists; heapscope does not overwrite it without "
+                         "--force") from None
     except OSError as e:
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _run_dot(dot: str, fmt: str, text: bytes, out: str | None) -> bytes:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from heapscope.analysis.tree import KINDS, CallTree
+from heapscope.files import replace_atomically
 from heapscope.model import HEAP_SAMPLE_TYPES
 from heapscope.web import page
 
@@ -82,9 +83,6 @@ def write_flamegraph(path: str, tree: CallTree, **kw: Any) -> int:
     """Write the HTML to ``path`` (atomically); return its size in bytes."""
     text = render_flamegraph(tree, **kw)
     raw = text.encode("utf-8")
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(raw)
-    os.replace(tmp, path)
+    replace_atomically(path, raw)
     return len(raw)
 
