@@ -14,15 +14,16 @@ import sys
 
 from heapscope.analysis.top import SAMPLE_INDEX, View, filtered
 from heapscope.cli.common import (
+    add_input_options,
     add_sample_options,
     add_symbol_options,
+    find_dumps,
     load_profiles,
     session_aliases,
 )
 from heapscope.errors import InputError, UsageError
 from heapscope.files import replace_atomically
 from heapscope.model import Profile
-from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.callgrind import render_callgrind
 from heapscope.render.collapsed import render_collapsed
@@ -58,6 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="pprof: one sample per stack and thread, labelled thread_id/thread")
     p.add_argument("--merge", action="store_true", help="export the sum of several dumps")
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 
@@ -98,7 +100,7 @@ def _write(path: str, data: bytes, force: bool) -> None:
 
 
 def _load(args: argparse.Namespace) -> list[Profile]:
-    paths = expand_inputs(args.dumps, latest=True)
+    paths = find_dumps(args, args.dumps, latest=True)
     if len(paths) > 1 and not args.merge:
         raise UsageError(
             f"{len(paths)} dumps given: add --merge to export their sum, or name one dump"

@@ -9,8 +9,10 @@ from heapscope.analysis.top import View, filtered
 from heapscope.analysis.tree import build_tree
 from heapscope.cli.common import (
     add_frame_options,
+    add_input_options,
     add_sample_options,
     add_symbol_options,
+    find_dumps,
     frame_policy,
     load_profiles,
     per_process,
@@ -18,7 +20,6 @@ from heapscope.cli.common import (
     session_aliases,
 )
 from heapscope.errors import UsageError
-from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.flamegraph import default_title, write_flamegraph
 from heapscope.units import human_bytes
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--title", help="title shown on the page (default: the dump's name)")
     add_frame_options(p)
     add_symbol_options(p)
+    add_input_options(p)
     p.set_defaults(func=run)
 
 
@@ -52,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope flamegraph``."""
     if not args.output.lower().endswith((".html", ".htm")):
         raise UsageError("-o must name an .html file")
-    paths = expand_inputs(args.dumps, latest=True)
-    base_paths = expand_inputs([args.base], latest=True) if args.base else []
+    paths = find_dumps(args, args.dumps, latest=True)
+    base_paths = find_dumps(args, [args.base], latest=True) if args.base else []
     with DelayedProgress() as bar:
         view = View(focus=args.focus, ignore=args.ignore)
         loaded, labels = per_process(
