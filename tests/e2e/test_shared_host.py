@@ -240,3 +240,43 @@ def test_attach_dump_of_a_service_process(base: Path, leaker: Path, libjemalloc:
     assert as_user(MALLORY, "cat", str(dumps[0])).returncode != 0
     top = hs("top", str(session), cache=base / "cache")
     assert top.returncode == 0 and "leak_here" in top.stdout, top.stderr
+
+
+def test_systemd_install_refuses_planted_folders(base: Path) -> None:
+    units = base / "shared" / "units"  # a careless, world-writable unit folder
+    units.mkdir()
+    units.chmod(0o1777)
+    victim = base / "victim-units"
+    victim.mkdir()
+    assert as_user(MALLORY, "mkdir", str(units / "foo.service.d")).returncode == 0
+    assert as_user(MALLORY, "ln", "-s", str(victim),
+                   str(units / "bar.service.d")).returncode == 0
+    for unit in ("foo", "bar"):
+        dumps = base / f"dumps-{unit}"
+        p = hs("env", "--systemd", unit, "--install", "--systemd-dir", str(units), "--dir",
+               str(dumps), "--user", SERVICE, cache=base / "cache")
+        one_line_error(p)
+        assert not dumps.exists(), unit
+    assert list((units / "foo.service.d").iterdir()) == [] and list(victim.iterdir()) == []
+
+
+def test_systemd_install_for_the_service_user(base: Path) -> None:
+    units = base / "units"
+    units.mkdir()
+    dumps = base / "dumps-svc"
+    bad = hs("env", "--systemd", "svc", "--install", "--systemd-dir", str(units), "--dir",
+             str(dumps), "--user", SERVICE, "--conf", "x:1\nExecStartPre=/bin/sh -c id",
+             cache=base / "cache")
+    assert "control characters" in one_line_error(bad)
+    assert not (units / "svc.service.d" / "heapscope.conf").exists()
+    p = hs("env", "--systemd", "svc", "--install", "--systemd-dir", str(units), "--dir",
+           str(dumps), "--user", SERVICE, cache=base / "cache")
+    assert p.returncode == 0, p.stderr
+    dropin = units / "svc.service.d" / "heapscope.conf"
+    assert os.lstat(dropin).st_uid == 0 and _mode(dropin) == 0o644
+    assert f"ReadWritePaths=-{dumps}" in dropin.read_text()
+    st = os.stat(dumps)
+    assert (st.st_uid, _mode(dumps)) == (pwd.getpwnam(SERVICE).pw_uid, 0o700)
+    assert as_user(SERVICE, "touch", str(dumps / "jeprof.1.0.f.heap")).returncode == 0
+    p = as_user(MALLORY, "touch", str(dumps / "jeprof.2.0.f.heap"))
+    assert p.returncode != 0 and "Permission denied" in p.stderr

@@ -65,15 +65,17 @@ def create(path: str | None, cmd: list[str], owner: DumpOwner | None = None) -> 
                 n += 1
                 path = f"{base}-{n}"
             except OSError as e:
-                raise UsageError(f"{os.path.abspath(path)}: cannot create the session: "
+                raise UsageError(f"{os.path.abspath(path)}: cannot write the session there: "
                                  f"{e.strerror or e}") from None
     else:
         try:
+            # Missing parents are made as mkdir -p would; the session itself must be new.
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             os.mkdir(path, 0o700)
         except FileExistsError:
             _check_reusable(os.path.abspath(path), me.uid)
         except OSError as e:
-            raise UsageError(f"{os.path.abspath(path)}: cannot create the session: "
+            raise UsageError(f"{os.path.abspath(path)}: cannot write the session there: "
                              f"{e.strerror or e}") from None
     path = os.path.abspath(path)
     try:
