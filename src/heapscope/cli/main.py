@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from heapscope import __version__
 from heapscope.cli import (
+    agent,
     attach,
     diff,
     env,
@@ -36,6 +37,7 @@ def parser() -> argparse.ArgumentParser:
     sub.required = True
     run.register(sub)
     attach.register(sub)
+    agent.register(sub)
     top.register(sub)
     leaks.register(sub)
     diff.register(sub)

@@ -1,0 +1,1 @@
+"""heapscope agent: continuous watching of processes, served to Prometheus."""

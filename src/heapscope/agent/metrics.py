@@ -1,0 +1,107 @@
+"""The agent's Prometheus metrics, served on ``/metrics`` by the official Python client.
+
+Per process: live bytes (jemalloc's estimate at the last dump) and RSS. Per site, for the
+top K sites of each process by the leak ranking: live bytes, growth per second over the
+judged window, and 1/0 for a ``leak`` verdict; the other sites are summed in one series with
+``function="other"``, so the number of series stays bounded whatever the program does.
+Counters: dumps taken, failed and dropped per service; a histogram of the pause each dump
+cost its target.
+
+Sites are read fresh from the agent at each scrape (a custom collector): a site that left
+the top K, or a process that exited, has no stale series left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from heapscope.agent.watch import Agent, Watched
+
+SITE_LABELS = ["service", "pid", "function", "file", "line"]
+PROC_LABELS = ["service", "pid"]
+PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class AgentCollector(Collector):
+    """Metrics from the agent's latest round."""
+
+    def __init__(self, agent: Agent, top: int) -> None:
+        self.agent = agent
+        self.top = top
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families, built from a snapshot of what the agent watches."""
+        watched = list(self.agent.watched.values())
+        live = GaugeMetricFamily("heapscope_process_live_bytes",
+                                 "Bytes live in the process at its last dump (jemalloc's "
+                                 "unsampled estimate)", labels=PROC_LABELS)
+        rss = GaugeMetricFamily("heapscope_process_rss_bytes",
+                                "Resident set size of the process", labels=PROC_LABELS)
+        site_live = GaugeMetricFamily("heapscope_site_live_bytes",
+                                      "Bytes live at the site at the last dump",
+                                      labels=SITE_LABELS)
+        growth = GaugeMetricFamily("heapscope_site_growth_bytes_per_second",
+                                   "Growth of the site over the judged window",
+                                   labels=SITE_LABELS)
+        leak = GaugeMetricFamily("heapscope_site_leak",
+                                 "1 when the site's verdict over the window is leak, else 0",
+                                 labels=SITE_LABELS)
+        judged = GaugeMetricFamily("heapscope_process_window_dumps",
+                                   "Dumps the process's verdicts rest on", labels=PROC_LABELS)
+        dumps = CounterMetricFamily("heapscope_dumps", "Dumps taken", labels=PROC_LABELS)
+        errors = CounterMetricFamily("heapscope_dump_errors", "Dumps that failed",
+                                     labels=PROC_LABELS)
+        dropped = CounterMetricFamily("heapscope_dumps_dropped",
+                                      "Dumps deleted as the window moved", labels=PROC_LABELS)
+        for w in watched:
+            proc = [w.target.service, str(w.target.pid)]
+            rss.add_metric(proc, float(w.rss_bytes))
+            dumps.add_metric(proc, float(w.dumps))
+            errors.add_metric(proc, float(w.errors))
+            dropped.add_metric(proc, float(w.dropped))
+            if w.report is None:
+                continue
+            p = w.report.processes[0] if w.report.processes else None
+            live.add_metric(proc, float(p.live_bytes if p else 0.0))
+            judged.add_metric(proc, float(p.judged if p else 0))
+            for labels, b, g, is_leak in _sites(w, self.top):
+                site_live.add_metric(labels, b)
+                growth.add_metric(labels, g)
+                leak.add_metric(labels, 1.0 if is_leak else 0.0)
+        yield from (live, rss, site_live, growth, leak, judged, dumps, errors, dropped)
+
+
+def _sites(w: Watched, top: int) -> Iterable[tuple[list[str], float, float, bool]]:
+    """(labels, live bytes, growth per second, leak) for the top sites and one "other"."""
+    assert w.report is not None
+    proc = [w.target.service, str(w.target.pid)]
+    sites = [f for f in w.report.findings if not f.rollup and not f.suppressed_by]
+    rest_bytes = rest_growth = 0.0
+    rest_leak = False
+    for i, f in enumerate(sites):
+        per_s = f.trend.slope_per_s if f.trend is not None else None
+        g = float(per_s or 0.0)
+        if i < top:
+            yield ([*proc, f.function, f.file, str(f.line)], float(f.bytes), g,
+                   f.verdict == "leak")
+        else:
+            rest_bytes += f.bytes
+            rest_growth += g
+            rest_leak = rest_leak or f.verdict == "leak"
+    if len(sites) > top:
+        yield [*proc, "other", "", "0"], rest_bytes, rest_growth, rest_leak
+
+
+def registry(agent: Agent, top: int) -> tuple[CollectorRegistry, Histogram]:
+    """A registry holding the agent's metrics, and the pause histogram to feed."""
+    reg = CollectorRegistry()
+    reg.register(AgentCollector(agent, top))
+    pause = Histogram("heapscope_attach_pause_seconds",
+                      "How long a dump stopped its target", buckets=PAUSE_BUCKETS,
+                      registry=reg)
+    return reg, pause

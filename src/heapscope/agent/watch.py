@@ -1,0 +1,142 @@
+"""The agent's rounds: find the targets, dump each through the attach path, judge its window.
+
+Each target has a state folder ``STATE/<service>-<pid>-<start>/``: an attach session (its
+``dumps/`` belongs to the target's user, see :mod:`heapscope.capture.session`). A round
+takes one dump of every target, keeps the last ``window`` dumps of each (older ones are
+deleted: the agent wrote them), and judges the window with the same leak verdicts as
+``heapscope leaks``. Because the folder is named after the process's identity, an agent that
+restarts picks up each window where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from heapscope.agent.targets import Selection, Target, find
+from heapscope.analysis.leaks import LeakReport
+from heapscope.capture import attach as at
+from heapscope.capture.gdbctl import NOPROF_HINT
+from heapscope.errors import HeapscopeError
+from heapscope.symbols import SymbolOptions
+
+
+@dataclass
+class Watched:
+    """What the agent knows of one target: its window's verdicts and its counters."""
+
+    target: Target
+    session: str
+    report: LeakReport | None = None
+    rss_bytes: int = 0
+    dumps: int = 0  # dumps taken by this agent
+    errors: int = 0  # dumps that failed
+    dropped: int = 0  # dumps deleted as the window moved
+    last_error: str = ""
+
+
+@dataclass
+class AgentOptions:
+    """How the agent watches."""
+
+    state: str
+    window: int = 30  # dumps judged per target
+    timeout: float = 30.0  # bound on one attach
+    symbols: SymbolOptions = field(default_factory=SymbolOptions)
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident set size (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def make_state(path: str) -> None:
+    """Create the state folder: root's (or the caller's), mode 0711, so each target's user
+    can pass through to its own dumps folder but no one can list the targets."""
+    if os.path.isdir(path):
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    os.mkdir(path, 0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, 0o711)
+    finally:
+        os.close(fd)
+
+
+class Agent:
+    """Rounds over the selected targets; :attr:`watched` holds what the last round found."""
+
+    def __init__(self, sel: Selection, opts: AgentOptions,
+                 say: Callable[[str], None] | None = None,
+                 on_pause: Callable[[float], None] | None = None) -> None:
+        self.sel = sel
+        self.opts = opts
+        self.watched: dict[str, Watched] = {}
+        self.refused: dict[str, str] = {}  # target key -> why it cannot be watched (said once)
+        self.say = say or (lambda line: print(f"heapscope agent: {line}", file=sys.stderr))
+        self.on_pause = on_pause
+        make_state(opts.state)
+
+    def round(self) -> None:
+        """One dump of every target, then the verdicts of each window."""
+        current = find(self.sel)
+        for key in [k for k in self.watched if k not in current]:
+            self.say(f"{self.watched[key].target.service} pid {self.watched[key].target.pid} "
+                     "is gone; no longer watched")
+            del self.watched[key]
+        for key, target in sorted(current.items()):
+            if key in self.refused:
+                continue
+            try:
+                self._dump(key, target)
+            except HeapscopeError as e:
+                w = self.watched.get(key)
+                if w is None:
+                    self.refused[key] = str(e)
+                    self.say(f"not watching {target.service} pid {target.pid}: {e}")
+                else:
+                    w.errors += 1
+                    w.last_error = str(e)
+
+    def _dump(self, key: str, target: Target) -> None:
+        ctl = at.Controller(target.pid, at.AttachOptions(timeout=self.opts.timeout))
+        w = self.watched.get(key)
+        if w is None:
+            session = os.path.join(self.opts.state, key)
+            facts = None
+            if not os.path.isdir(session):
+                st = ctl.status()
+                if not st["opt_prof"]:
+                    raise HeapscopeError(f"it was started without heap profiling; "
+                                         f"{NOPROF_HINT}")
+                facts = at.jemalloc_facts(st)
+            w = Watched(target, at.open_session(ctl, session, facts))
+            self.watched[key] = w
+            resumed = len(at.session_dumps(w.session, target.pid))
+            self.say(f"watching {target.service} pid {target.pid}"
+                     + (f" (resuming a window of {resumed} dumps)" if resumed else ""))
+        r = ctl.dump(at.next_dump_path(w.session, target.pid))
+        w.dumps += 1
+        if self.on_pause is not None:
+            self.on_pause(r.stopped_s)
+        dumps = at.session_dumps(w.session, target.pid)
+        for old in dumps[:-self.opts.window]:
+            try:
+                os.unlink(old)
+                w.dropped += 1
+            except OSError:
+                pass
+        dumps = dumps[-self.opts.window:]
+        w.report = at.analyse(w.session, target.pid, dumps, self.opts.symbols)
+        w.rss_bytes = rss_bytes(target.pid)
+        w.last_error = ""

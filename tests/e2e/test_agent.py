@@ -1,0 +1,166 @@
+"""``heapscope agent`` scraped by a real Prometheus server.
+
+Two real services run under jemalloc with profiling (``agentprog/agentsvc.c``): one leaks
+16 KiB every 50 ms in ``leak_tick``, one keeps a bounded cache in ``cache_put``. The agent
+watches both (found by a command-line pattern), Prometheus (Debian's ``prometheus``, started
+here on 127.0.0.1 with a temporary TSDB) scrapes it every second, and PromQL through
+Prometheus's HTTP API must show ``heapscope_site_leak == 1`` for the leaking site only, with
+a positive growth rate. The shipped alert rules pass ``promtool check rules`` and
+``promtool test rules``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jemalloc as je
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+SERVICE_C = HERE / "agentprog" / "agentsvc.c"
+RULES = HERE.parent.parent / "deploy" / "prometheus"
+BLOCK = 16 * 1024
+LEAK_RATE = BLOCK / 0.05  # bytes per second leak_tick keeps (one block per 50 ms tick)
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} not installed: apt-get install prometheus")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path
+             ) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb not installed: apt-get install gdb")
+    out = tmp_path_factory.mktemp("agent") / "agentsvc"
+    je.build([SERVICE_C], out, ("-O1", "-g"))
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    env.update(LD_PRELOAD=str(libjemalloc), MALLOC_CONF="prof:true,lg_prof_sample:14")
+    procs = {mode: subprocess.Popen([str(out), mode], env=env, stdout=subprocess.PIPE,
+                                    text=True) for mode in ("leak", "cache")}
+    try:
+        for p in procs.values():
+            assert p.stdout is not None and p.stdout.readline().startswith("ready")
+        yield procs
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=20)
+
+
+def _query(port: int, promql: str) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        doc = json.load(r)
+    assert doc["status"] == "success", doc
+    result: list[dict[str, Any]] = doc["data"]["result"]
+    return result
+
+
+def test_prometheus_sees_the_leak_and_not_the_cache(
+        services: dict[str, subprocess.Popen[str]], tmp_path: Path) -> None:
+    prometheus = _tool("prometheus")
+    agent_port, prom_port = _free_port(), _free_port()
+    state = tmp_path / "state"
+    agent = subprocess.Popen(
+        [*je.HEAPSCOPE_CMD, "agent", "--match", r"agentsvc (leak|cache)$", "--every", "1",
+         "--window", "12", "--top", "3", "--listen", f"127.0.0.1:{agent_port}",
+         "--state", str(state)],
+        env={**{k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV},
+             "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+        stderr=subprocess.PIPE, text=True)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {RULES / 'heapscope-rules.yml'}\n"
+        "scrape_configs:\n  - job_name: heapscope\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{agent_port}']\n")
+    prom = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    leak_pid, cache_pid = str(services["leak"].pid), str(services["cache"].pid)
+    try:
+        deadline = time.monotonic() + 150
+        leaking: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+            try:
+                leaking = _query(prom_port, "heapscope_site_leak == 1")
+            except OSError:
+                continue  # Prometheus still starting
+            if leaking:
+                break
+        assert leaking, "no leak verdict reached Prometheus in 150 s"
+        sites = {(r["metric"]["pid"], r["metric"]["function"]) for r in leaking}
+        assert (leak_pid, "leak_tick") in sites, sites
+        assert all(pid == leak_pid for pid, _ in sites), sites
+        growth = _query(prom_port, f'heapscope_site_growth_bytes_per_second{{pid="{leak_pid}",'
+                                   'function="leak_tick"}')
+        rate = max(float(r["value"][1]) for r in growth)
+        # 320 KiB/s kept; sampled estimates and uneven dump times allow +-40%.
+        assert rate == pytest.approx(LEAK_RATE, rel=0.4), rate
+        cache = _query(prom_port, f'heapscope_site_leak{{pid="{cache_pid}"}}')
+        assert cache and all(r["value"][1] == "0" for r in cache), cache
+        live = _query(prom_port, f'heapscope_site_live_bytes{{pid="{cache_pid}",'
+                                 'function="cache_put"}')
+        # 64 entries of 16 KiB once the ring is full.
+        assert float(live[0]["value"][1]) == pytest.approx(64 * BLOCK, rel=0.35), live
+        per_process = {r["metric"]["pid"] for r in _query(prom_port, "heapscope_site_leak")}
+        assert per_process == {leak_pid, cache_pid}
+        # The top 3 sites of each process have series of their own, the rest one "other".
+        counts = _query(prom_port, "count by (pid) (heapscope_site_live_bytes)")
+        assert all(int(r["value"][1]) <= 4 for r in counts), counts
+        dumps = _query(prom_port, "sum(heapscope_dumps_total)")
+        assert float(dumps[0]["value"][1]) >= 12
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+        agent.send_signal(signal.SIGTERM)
+        try:
+            _, err = agent.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            raise
+    assert agent.returncode == 0, err
+    assert "Traceback" not in err, err
+    # Restarted on the same state, the agent resumes each window.
+    again = je.run_heapscope("agent", "--match", r"agentsvc (leak|cache)$", "--rounds", "1",
+                             "--listen", f"127.0.0.1:{_free_port()}", "--state", str(state),
+                             cache=tmp_path / "cache", unprofiled=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("resuming a window of 12 dumps") == 2, again.stderr
+
+
+def test_shipped_alert_rules() -> None:
+    promtool = _tool("promtool")
+    check = subprocess.run([promtool, "check", "rules", "heapscope-rules.yml"], cwd=RULES,
+                           capture_output=True, text=True, check=False)
+    assert check.returncode == 0 and "2 rules found" in check.stdout, check.stdout + check.stderr
+    test = subprocess.run([promtool, "test", "rules", "heapscope-rules.test.yml"], cwd=RULES,
+                          capture_output=True, text=True, check=False)
+    assert test.returncode == 0, test.stdout + test.stderr

@@ -1,0 +1,31 @@
+"""The agent's targets: found by pid and by pattern, known by pid and start time."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+from heapscope.agent.targets import Selection, cmdline, find, start_time
+
+
+def test_pattern_and_pid_find_live_processes() -> None:
+    code = "import time; time.sleep(30)  # heapscope-target-probe"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        for _ in range(200):  # until the child has exec'd (its command line is set)
+            if "heapscope-target-probe" in " ".join(cmdline(child.pid)):
+                break
+            time.sleep(0.01)
+        by_pattern = find(Selection(patterns=[re.compile("heapscope-target-probe")]))
+        assert [t.pid for t in by_pattern.values()] == [child.pid]
+        (t,) = by_pattern.values()
+        assert t.start == start_time(child.pid) and t.service.startswith("python")
+        assert t.key == f"{t.service}-{child.pid}-{t.start}"
+        assert list(find(Selection(pids=[child.pid]))) == [t.key]
+    finally:
+        child.kill()
+        child.wait()
+    assert find(Selection(pids=[child.pid])) == {}  # gone: dropped
+    assert find(Selection(patterns=[re.compile("heapscope-target-probe")])) == {}
