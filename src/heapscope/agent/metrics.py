@@ -74,6 +74,19 @@ class AgentCollector(Collector):
                 growth.add_metric(labels, g)
                 leak.add_metric(labels, 1.0 if is_leak else 0.0)
         yield from (live, rss, site_live, growth, leak, judged, dumps, errors, dropped)
+        pusher = self.agent.pusher
+        if pusher is not None:
+            pushed = CounterMetricFamily("heapscope_push_profiles",
+                                         "Profiles sent to the profile backend, by outcome",
+                                         labels=["backend", "outcome"])
+            for outcome, n in (("sent", pusher.sent), ("failed", pusher.failed),
+                               ("dropped", pusher.dropped)):
+                pushed.add_metric(["pyroscope", outcome], float(n))
+            yield pushed
+            queue = GaugeMetricFamily("heapscope_push_queue_profiles",
+                                      "Profiles waiting for the backend", labels=["backend"])
+            queue.add_metric(["pyroscope"], float(pusher.queued))
+            yield queue
 
 
 def _sites(w: Watched, top: int) -> Iterable[tuple[list[str], float, float, bool]]:

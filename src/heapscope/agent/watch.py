@@ -11,10 +11,14 @@ restarts picks up each window where it was.
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from heapscope.agent.push import Profile as PushedProfile
+from heapscope.agent.push import Pusher
 from heapscope.agent.targets import Selection, Target, find
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
@@ -35,6 +39,7 @@ class Watched:
     errors: int = 0  # dumps that failed
     dropped: int = 0  # dumps deleted as the window moved
     last_error: str = ""
+    last_time: float = 0.0  # unix time of the last dump
 
 
 @dataclass
@@ -59,6 +64,17 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def pprof_of(path: str, symbols: SymbolOptions) -> bytes:
+    """One dump as a symbolized pprof profile (raw stacks, as ``heapscope export``)."""
+    from heapscope.analysis.fold import FramePolicy
+    from heapscope.prepare import prepare
+    from heapscope.render.pprof import PprofOptions, file_build_ids, render_pprof
+
+    profile = prepare(path, symbols, frames=FramePolicy(mode="raw")).profile
+    return render_pprof([profile], PprofOptions(build_id=file_build_ids(),
+                                                default_sample_type="inuse_space"))
+
+
 def make_state(path: str) -> None:
     """Create the state folder: root's (or the caller's), mode 0711, so each target's user
     can pass through to its own dumps folder but no one can list the targets."""
@@ -78,13 +94,15 @@ class Agent:
 
     def __init__(self, sel: Selection, opts: AgentOptions,
                  say: Callable[[str], None] | None = None,
-                 on_pause: Callable[[float], None] | None = None) -> None:
+                 on_pause: Callable[[float], None] | None = None,
+                 pusher: Pusher | None = None) -> None:
         self.sel = sel
         self.opts = opts
         self.watched: dict[str, Watched] = {}
         self.refused: dict[str, str] = {}  # target key -> why it cannot be watched (said once)
         self.say = say or (lambda line: print(f"heapscope agent: {line}", file=sys.stderr))
         self.on_pause = on_pause
+        self.pusher = pusher
         make_state(opts.state)
 
     def round(self) -> None:
@@ -125,7 +143,9 @@ class Agent:
             resumed = len(at.session_dumps(w.session, target.pid))
             self.say(f"watching {target.service} pid {target.pid}"
                      + (f" (resuming a window of {resumed} dumps)" if resumed else ""))
-        r = ctl.dump(at.next_dump_path(w.session, target.pid))
+        path = at.next_dump_path(w.session, target.pid)
+        r = ctl.dump(path)
+        taken = time.time()
         w.dumps += 1
         if self.on_pause is not None:
             self.on_pause(r.stopped_s)
@@ -140,3 +160,8 @@ class Agent:
         w.report = at.analyse(w.session, target.pid, dumps, self.opts.symbols)
         w.rss_bytes = rss_bytes(target.pid)
         w.last_error = ""
+        if self.pusher is not None:
+            self.pusher.offer(PushedProfile(
+                target.service, (("pid", str(target.pid)), ("host", socket.gethostname())),
+                w.last_time or taken - 1, taken, pprof_of(path, self.opts.symbols)))
+        w.last_time = taken

@@ -45,6 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "address exposes it to the network)")
     p.add_argument("--state", default=DEFAULT_STATE, metavar="DIR",
                    help=f"the agent's dumps and windows (default {DEFAULT_STATE})")
+    p.add_argument("--pyroscope", metavar="URL",
+                   help="also push each dump as pprof to this Grafana Pyroscope server "
+                        "(e.g. http://pyroscope:4040)")
+    p.add_argument("--push-queue", type=int, default=64, metavar="N",
+                   help="profiles kept while the backend is down (default 64; the oldest "
+                        "are dropped and counted)")
     p.add_argument("--rounds", type=int, default=0, metavar="N",
                    help="stop after N rounds (default: run until SIGTERM)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
@@ -77,8 +83,18 @@ def run(args: argparse.Namespace) -> int:
     except re.error as e:
         raise UsageError(f"--match: {e}") from None
     host, port = _listen(args.listen)
+    pusher = None
+    if args.pyroscope:
+        from heapscope.agent.push import Pusher
+
+        if not args.pyroscope.startswith(("http://", "https://")):
+            raise UsageError(f"--pyroscope {args.pyroscope}: give an http:// or https:// URL")
+        if args.push_queue < 1:
+            raise UsageError("--push-queue must be at least 1")
+        pusher = Pusher(args.pyroscope, limit=args.push_queue)
     agent = Agent(Selection(args.pid, patterns, args.unit),
-                  AgentOptions(args.state, args.window, args.timeout, symbol_options(args)))
+                  AgentOptions(args.state, args.window, args.timeout, symbol_options(args)),
+                  pusher=pusher)
     reg, pause = registry(agent, args.top)
     agent.on_pause = pause.observe
     try:
@@ -104,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
                 break
             stop.wait(max(0.0, args.every - (time.monotonic() - began)))
     finally:
+        if pusher is not None:
+            pusher.close()  # what is queued gets a last chance to go out
         server.shutdown()
         thread.join(timeout=5)
     return 0
