@@ -255,3 +255,65 @@ def test_pyroscope_push_with_retries(services: dict[str, subprocess.Popen[str]],
                                        cache=tmp_path / "cache", unprofiled=True).stdout)
     assert total == pytest.approx(ours["total"], rel=1e-3), (total, ours["total"])
     assert "leak_tick" in top.stdout
+
+
+def _agent(*args: str, tmp_path: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return je.run_heapscope("agent", "--listen", f"127.0.0.1:{_free_port()}", "--every", "0.5",
+                            *args, cache=tmp_path / "cache", unprofiled=True, timeout=timeout)
+
+
+def test_disk_budget_and_low_free_space(services: dict[str, subprocess.Popen[str]],
+                                        tmp_path: Path) -> None:
+    pid = str(services["leak"].pid)
+    # A budget smaller than one dump: each process keeps its two newest, no more.
+    p = _agent("--pid", pid, "--rounds", "4", "--max-disk", "1", "--state",
+               str(tmp_path / "small"), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    (session,) = (tmp_path / "small").iterdir()
+    assert len(list((session / "dumps").glob("*.heap"))) == 2
+    # Less free space than asked for: no dump is taken, and it is said once.
+    p = _agent("--pid", pid, "--rounds", "3", "--min-free", "1000000G", "--state",
+               str(tmp_path / "full"), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("skipped a dump") == 1, p.stderr
+    (session,) = (tmp_path / "full").iterdir()
+    assert list((session / "dumps").glob("*.heap")) == []
+
+
+def test_targets_that_come_and_go(services: dict[str, subprocess.Popen[str]],
+                                  libjemalloc: Path, tmp_path: Path) -> None:
+    """A matching process that starts is picked up; one that exits is dropped; a process
+    without profiling is refused once, with the fix."""
+    exe = services["leak"].args[0]
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    plain = subprocess.Popen([exe, "cache", "unprofiled"], env={**env, "LD_PRELOAD": str(
+        libjemalloc)}, stdout=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [*je.HEAPSCOPE_CMD, "agent", "--match", r"agentsvc cache (short|unprofiled)$",
+         "--every", "0.5", "--listen", f"127.0.0.1:{_free_port()}", "--state",
+         str(tmp_path / "state")],
+        env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+        stderr=subprocess.PIPE, text=True)
+    short = None
+    try:
+        time.sleep(3)
+        short = subprocess.Popen([exe, "cache", "short"], env={
+            **env, "LD_PRELOAD": str(libjemalloc), "MALLOC_CONF": "prof:true"},
+            stdout=subprocess.PIPE, text=True)
+        assert short.stdout is not None and short.stdout.readline().startswith("ready")
+        time.sleep(5)
+        short.send_signal(signal.SIGTERM)
+        short.wait(timeout=20)
+        time.sleep(3)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+        plain.send_signal(signal.SIGTERM)
+        plain.wait(timeout=20)
+        if short is not None and short.poll() is None:
+            short.kill()
+    assert agent.returncode == 0 and "Traceback" not in err, err
+    assert err.count(f"not watching agentsvc pid {plain.pid}") == 1, err
+    assert "prof:true" in err
+    assert f"watching agentsvc pid {short.pid}" in err, err
+    assert f"agentsvc pid {short.pid} is gone" in err, err

@@ -57,13 +57,18 @@ class AgentCollector(Collector):
         errors = CounterMetricFamily("heapscope_dump_errors", "Dumps that failed",
                                      labels=PROC_LABELS)
         dropped = CounterMetricFamily("heapscope_dumps_dropped",
-                                      "Dumps deleted as the window moved", labels=PROC_LABELS)
+                                      "Dumps deleted as the window moved or to keep to the "
+                                      "disk budget", labels=PROC_LABELS)
+        skipped = CounterMetricFamily("heapscope_dumps_skipped",
+                                      "Dumps not taken: too little free disk",
+                                      labels=PROC_LABELS)
         for w in watched:
             proc = [w.target.service, str(w.target.pid)]
             rss.add_metric(proc, float(w.rss_bytes))
             dumps.add_metric(proc, float(w.dumps))
             errors.add_metric(proc, float(w.errors))
             dropped.add_metric(proc, float(w.dropped))
+            skipped.add_metric(proc, float(w.skipped))
             if w.report is None:
                 continue
             p = w.report.processes[0] if w.report.processes else None
@@ -73,7 +78,8 @@ class AgentCollector(Collector):
                 site_live.add_metric(labels, b)
                 growth.add_metric(labels, g)
                 leak.add_metric(labels, 1.0 if is_leak else 0.0)
-        yield from (live, rss, site_live, growth, leak, judged, dumps, errors, dropped)
+        yield from (live, rss, site_live, growth, leak, judged, dumps, errors, dropped,
+                    skipped)
         pusher = self.agent.pusher
         if pusher is not None:
             pushed = CounterMetricFamily("heapscope_push_profiles",

@@ -37,7 +37,8 @@ class Watched:
     rss_bytes: int = 0
     dumps: int = 0  # dumps taken by this agent
     errors: int = 0  # dumps that failed
-    dropped: int = 0  # dumps deleted as the window moved
+    dropped: int = 0  # dumps deleted as the window moved or to keep to the disk budget
+    skipped: int = 0  # dumps not taken: too little free disk
     last_error: str = ""
     last_time: float = 0.0  # unix time of the last dump
 
@@ -50,6 +51,8 @@ class AgentOptions:
     window: int = 30  # dumps judged per target
     timeout: float = 30.0  # bound on one attach
     symbols: SymbolOptions = field(default_factory=SymbolOptions)
+    max_disk: int = 1 << 30  # bytes of dumps kept in the state folder, all targets together
+    min_free: int = 256 << 20  # no dump is taken while the state's file system has less free
 
 
 def rss_bytes(pid: int) -> int:
@@ -126,6 +129,41 @@ class Agent:
                     w.errors += 1
                     w.last_error = str(e)
 
+    def _low_on_disk(self) -> bool:
+        try:
+            st = os.statvfs(self.opts.state)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < self.opts.min_free
+
+    def _keep_budget(self) -> None:
+        """Delete the oldest dumps of the state folder (any target, gone ones first by age)
+        until they fit ``max_disk``; each target keeps its two newest."""
+        dumps: list[tuple[float, int, str, str]] = []
+        for name in os.listdir(self.opts.state):
+            folder = os.path.join(self.opts.state, name, "dumps")
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.stat().st_mtime)
+            except OSError:
+                continue
+            for e in entries[:-2]:
+                st = e.stat()
+                dumps.append((st.st_mtime, st.st_size, e.path, name))
+            total_newest = sum(e.stat().st_size for e in entries[-2:])
+            dumps.append((float("inf"), total_newest, "", name))  # kept whatever the budget
+        total = sum(size for _, size, _, _ in dumps)
+        by_key = dict(self.watched)
+        for _, size, path, name in sorted(dumps):
+            if total <= self.opts.max_disk or not path:
+                break
+            try:
+                os.unlink(path)
+            except OSError:
+                continue
+            total -= size
+            if name in by_key:
+                by_key[name].dropped += 1
+
     def _dump(self, key: str, target: Target) -> None:
         ctl = at.Controller(target.pid, at.AttachOptions(timeout=self.opts.timeout))
         w = self.watched.get(key)
@@ -143,6 +181,12 @@ class Agent:
             resumed = len(at.session_dumps(w.session, target.pid))
             self.say(f"watching {target.service} pid {target.pid}"
                      + (f" (resuming a window of {resumed} dumps)" if resumed else ""))
+        if self._low_on_disk():
+            w.skipped += 1
+            if w.skipped == 1 or w.skipped % 100 == 0:
+                self.say(f"skipped a dump of {target.service} pid {target.pid}: less than "
+                         f"{self.opts.min_free >> 20} MiB free in {self.opts.state}")
+            return
         path = at.next_dump_path(w.session, target.pid)
         r = ctl.dump(path)
         taken = time.time()
@@ -156,7 +200,8 @@ class Agent:
                 w.dropped += 1
             except OSError:
                 pass
-        dumps = dumps[-self.opts.window:]
+        self._keep_budget()
+        dumps = [d for d in dumps[-self.opts.window:] if os.path.exists(d)]
         w.report = at.analyse(w.session, target.pid, dumps, self.opts.symbols)
         w.rss_bytes = rss_bytes(target.pid)
         w.last_error = ""

@@ -51,6 +51,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--push-queue", type=int, default=64, metavar="N",
                    help="profiles kept while the backend is down (default 64; the oldest "
                         "are dropped and counted)")
+    p.add_argument("--max-disk", default="1G", metavar="SIZE",
+                   help="bytes of dumps kept in the state folder over all targets (default "
+                        "1G; the oldest go first, each process keeps its two newest)")
+    p.add_argument("--min-free", default="256M", metavar="SIZE",
+                   help="take no dump while the state's disk has less free (default 256M; "
+                        "skipped dumps are counted)")
     p.add_argument("--rounds", type=int, default=0, metavar="N",
                    help="stop after N rounds (default: run until SIGTERM)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
@@ -73,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from heapscope.agent.metrics import registry
     from heapscope.agent.targets import Selection
     from heapscope.agent.watch import Agent, AgentOptions
+    from heapscope.units import parse_size
 
     if not (args.pid or args.match or args.unit):
         raise UsageError("nothing to watch: give --pid, --match or --unit")
@@ -93,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--push-queue must be at least 1")
         pusher = Pusher(args.pyroscope, limit=args.push_queue)
     agent = Agent(Selection(args.pid, patterns, args.unit),
-                  AgentOptions(args.state, args.window, args.timeout, symbol_options(args)),
+                  AgentOptions(args.state, args.window, args.timeout, symbol_options(args),
+                               max_disk=parse_size(args.max_disk, "--max-disk"),
+                               min_free=parse_size(args.min_free, "--min-free")),
                   pusher=pusher)
     reg, pause = registry(agent, args.top)
     agent.on_pause = pause.observe
