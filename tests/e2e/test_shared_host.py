@@ -228,6 +228,16 @@ def test_attach_dump_of_a_service_process(base: Path, leaker: Path, libjemalloc:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
+        # jemalloc's creat() follows links: a dump file in a folder others can write is
+        # refused, whether or not a link is already planted there.
+        victim = base / "victim-dump.txt"
+        victim.write_text("keep\n")
+        planted = base / "shared" / "x.heap"
+        assert as_user(MALLORY, "ln", "-s", str(victim), str(planted)).returncode == 0
+        for target in (planted, base / "shared" / "new.heap"):
+            p = hs("attach", str(proc.pid), "dump", "-o", str(target), cache=base / "cache")
+            assert "heapscope: error:" in p.stderr and p.returncode != 0, p.stderr
+        assert victim.read_text() == "keep\n" and not (base / "shared" / "new.heap").exists()
         session = base / "attached"
         p = hs("attach", str(proc.pid), "dump", "-o", str(session), cache=base / "cache")
         assert p.returncode == 0, p.stderr

@@ -24,6 +24,7 @@ from heapscope.capture import session as sess
 from heapscope.capture.access import DumpOwner
 from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
 from heapscope.capture.procevents import read_image
+from heapscope.errors import UsageError
 from heapscope.formats.load import parse_dump_name
 from heapscope.symbols import SymbolOptions
 
@@ -319,6 +320,23 @@ def write_report(session: str, pid: int, report: LeakReport, kind: str,
         doc.update(extra)
     sess.write_json(os.path.join(session, "report.json"), doc)
     return doc
+
+
+def check_dump_file(path: str) -> None:
+    """Refuse a dump file the target could be tricked into writing elsewhere: jemalloc opens
+    it with ``creat()``, which follows a link and truncates what is there."""
+    if os.path.lexists(path):
+        raise UsageError(f"{path}: exists; heapscope never overwrites a file (choose a new "
+                         "name, or a session folder with -o DIR)")
+    folder = os.path.dirname(path) or "."
+    try:
+        st = os.stat(folder)
+    except OSError as e:
+        raise UsageError(f"{folder}: {e.strerror or e}") from None
+    if st.st_mode & 0o022:
+        raise UsageError(f"{path}: is in a folder other users can write to, where a link "
+                         "planted before the target writes would be followed; choose a folder "
+                         "of your own, or a session folder with -o DIR")
 
 
 def is_heap_file(path: str) -> bool:

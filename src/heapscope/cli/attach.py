@@ -145,6 +145,7 @@ def _facts(ctl: at.Controller) -> dict[str, Any]:
 def _dump(ctl: at.Controller, args: argparse.Namespace) -> int:
     if args.output and at.is_heap_file(args.output):
         path = os.path.abspath(args.output)
+        at.check_dump_file(path)
         ctl.dump(path)
     else:
         session = at.open_session(ctl, args.output, _facts(ctl))
