@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -71,6 +72,13 @@ def services(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: P
             p.wait(timeout=20)
 
 
+def _pattern(services: dict[str, subprocess.Popen[str]], tail: str) -> str:
+    """A --match pattern for this test session's services only (the binary's own path):
+    other runs of the tests on the host are never picked up."""
+    exe = str(services["leak"].args[0])
+    return "^" + re.escape(exe) + " " + tail
+
+
 def _query(port: int, promql: str) -> list[dict[str, Any]]:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     with urllib.request.urlopen(url, timeout=10) as r:
@@ -86,7 +94,7 @@ def test_prometheus_sees_the_leak_and_not_the_cache(
     agent_port, prom_port = _free_port(), _free_port()
     state = tmp_path / "state"
     agent = subprocess.Popen(
-        [*je.HEAPSCOPE_CMD, "agent", "--match", r"agentsvc (leak|cache)$", "--every", "1",
+        [*je.HEAPSCOPE_CMD, "agent", "--match", _pattern(services, "(leak|cache)$"), "--every", "1",
          "--window", "12", "--top", "3", "--listen", f"127.0.0.1:{agent_port}",
          "--state", str(state)],
         env={**{k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV},
@@ -156,7 +164,8 @@ def test_prometheus_sees_the_leak_and_not_the_cache(
     assert agent.returncode == 0, err
     assert "Traceback" not in err, err
     # Restarted on the same state, the agent resumes each window.
-    again = je.run_heapscope("agent", "--match", r"agentsvc (leak|cache)$", "--rounds", "1",
+    again = je.run_heapscope("agent", "--match", _pattern(services, "(leak|cache)$"),
+                             "--rounds", "1",
                              "--listen", f"127.0.0.1:{_free_port()}", "--state", str(state),
                              cache=tmp_path / "cache", unprofiled=True, timeout=120)
     assert again.returncode == 0, again.stderr
@@ -289,7 +298,7 @@ def test_targets_that_come_and_go(services: dict[str, subprocess.Popen[str]],
     plain = subprocess.Popen([exe, "cache", "unprofiled"], env={**env, "LD_PRELOAD": str(
         libjemalloc)}, stdout=subprocess.PIPE, text=True)
     agent = subprocess.Popen(
-        [*je.HEAPSCOPE_CMD, "agent", "--match", r"agentsvc cache (short|unprofiled)$",
+        [*je.HEAPSCOPE_CMD, "agent", "--match", _pattern(services, "cache (short|unprofiled)$"),
          "--every", "0.5", "--listen", f"127.0.0.1:{_free_port()}", "--state",
          str(tmp_path / "state")],
         env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
@@ -316,4 +325,36 @@ def test_targets_that_come_and_go(services: dict[str, subprocess.Popen[str]],
     assert err.count(f"not watching agentsvc pid {plain.pid}") == 1, err
     assert "prof:true" in err
     assert f"watching agentsvc pid {short.pid}" in err, err
-    assert f"agentsvc pid {short.pid} is gone" in err, err
+    assert f"agentsvc pid {short.pid} is no longer watched (it exited)" in err, err
+
+
+def test_config_file_and_sighup_reload(services: dict[str, subprocess.Popen[str]],
+                                       tmp_path: Path) -> None:
+    leak, cache = services["leak"].pid, services["cache"].pid
+    config = tmp_path / "agent.toml"
+    config.write_text(f'every = 0.5\nstate = "{tmp_path / "state"}"\n'
+                      f'listen = "127.0.0.1:{_free_port()}"\n[[target]]\npid = {cache}\n')
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    agent = subprocess.Popen([*je.HEAPSCOPE_CMD, "agent", "--config", str(config)],
+                             env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)
+        config.write_text(f'every = 0.5\nstate = "{tmp_path / "state"}"\n'
+                          f'listen = "127.0.0.1:{_free_port()}"\n[[target]]\npid = {leak}\n')
+        agent.send_signal(signal.SIGHUP)
+        time.sleep(4)
+        config.write_text("every = [oops\n")  # a broken file keeps the running settings
+        agent.send_signal(signal.SIGHUP)
+        time.sleep(2)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0 and "Traceback" not in err, err
+    lines = err.splitlines()
+    order = [next(i for i, ln in enumerate(lines) if want in ln) for want in (
+        f"watching agentsvc pid {cache}", "config reloaded (listen change at the next start)",
+        f"agentsvc pid {cache} is no longer watched (no longer selected)",
+        f"watching agentsvc pid {leak}", "config not reloaded")]
+    assert order == sorted(order), err
+    assert "not valid TOML" in err

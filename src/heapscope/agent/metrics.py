@@ -13,7 +13,7 @@ the top K, or a process that exited, has no stale series left behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,9 +30,9 @@ PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 class AgentCollector(Collector):
     """Metrics from the agent's latest round."""
 
-    def __init__(self, agent: Agent, top: int) -> None:
+    def __init__(self, agent: Agent, top: Callable[[], int]) -> None:
         self.agent = agent
-        self.top = top
+        self.top = top  # read at each scrape: a reload may change it
 
     def collect(self) -> Iterator[Metric]:
         """The metric families, built from a snapshot of what the agent watches."""
@@ -74,7 +74,7 @@ class AgentCollector(Collector):
             p = w.report.processes[0] if w.report.processes else None
             live.add_metric(proc, float(p.live_bytes if p else 0.0))
             judged.add_metric(proc, float(p.judged if p else 0))
-            for labels, b, g, is_leak in _sites(w, self.top):
+            for labels, b, g, is_leak in _sites(w, self.top()):
                 site_live.add_metric(labels, b)
                 growth.add_metric(labels, g)
                 leak.add_metric(labels, 1.0 if is_leak else 0.0)
@@ -116,7 +116,7 @@ def _sites(w: Watched, top: int) -> Iterable[tuple[list[str], float, float, bool
         yield [*proc, "other", "", "0"], rest_bytes, rest_growth, rest_leak
 
 
-def registry(agent: Agent, top: int) -> tuple[CollectorRegistry, Histogram]:
+def registry(agent: Agent, top: Callable[[], int]) -> tuple[CollectorRegistry, Histogram]:
     """A registry holding the agent's metrics, and the pause histogram to feed."""
     reg = CollectorRegistry()
     reg.register(AgentCollector(agent, top))

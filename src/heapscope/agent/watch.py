@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 
 from heapscope.agent.push import Profile as PushedProfile
 from heapscope.agent.push import Pusher
-from heapscope.agent.targets import Selection, Target, find
+from heapscope.agent.targets import Selection, Target, find, start_time
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
 from heapscope.capture.gdbctl import NOPROF_HINT
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
+
+
+class NotProfiled(HeapscopeError):
+    """The target's jemalloc has profiling off (or none): it can never be watched."""
 
 
 @dataclass
@@ -103,6 +107,7 @@ class Agent:
         self.opts = opts
         self.watched: dict[str, Watched] = {}
         self.refused: dict[str, str] = {}  # target key -> why it cannot be watched (said once)
+        self.failing: set[str] = set()  # targets whose last dump failed (said once)
         self.say = say or (lambda line: print(f"heapscope agent: {line}", file=sys.stderr))
         self.on_pause = on_pause
         self.pusher = pusher
@@ -112,22 +117,27 @@ class Agent:
         """One dump of every target, then the verdicts of each window."""
         current = find(self.sel)
         for key in [k for k in self.watched if k not in current]:
-            self.say(f"{self.watched[key].target.service} pid {self.watched[key].target.pid} "
-                     "is gone; no longer watched")
-            del self.watched[key]
+            t = self.watched.pop(key).target
+            why = "it exited" if start_time(t.pid) != t.start else "no longer selected"
+            self.say(f"{t.service} pid {t.pid} is no longer watched ({why})")
         for key, target in sorted(current.items()):
             if key in self.refused:
                 continue
             try:
                 self._dump(key, target)
+            except NotProfiled as e:
+                self.refused[key] = str(e)  # for good: profiling cannot be switched on later
+                self.say(f"not watching {target.service} pid {target.pid}: {e}")
             except HeapscopeError as e:
                 w = self.watched.get(key)
-                if w is None:
-                    self.refused[key] = str(e)
-                    self.say(f"not watching {target.service} pid {target.pid}: {e}")
-                else:
+                if w is not None:
                     w.errors += 1
-                    w.last_error = str(e)
+                if key not in self.failing:  # said once; tried again every round
+                    self.say(f"cannot dump {target.service} pid {target.pid} (trying again "
+                             f"each round): {e}")
+                self.failing.add(key)
+            else:
+                self.failing.discard(key)
 
     def _low_on_disk(self) -> bool:
         try:
@@ -173,7 +183,7 @@ class Agent:
             if not os.path.isdir(session):
                 st = ctl.status()
                 if not st["opt_prof"]:
-                    raise HeapscopeError(f"it was started without heap profiling; "
+                    raise NotProfiled(f"it was started without heap profiling; "
                                          f"{NOPROF_HINT}")
                 facts = at.jemalloc_facts(st)
             w = Watched(target, at.open_session(ctl, session, facts))

@@ -1,0 +1,143 @@
+"""The agent's settings: a TOML file (``heapscope agent --config FILE``) and the flags.
+
+A flag given on the command line wins over the file. On SIGHUP the file is read again and
+what can change while running does (targets, ``every``, ``window``, ``top``, the disk
+limits); ``listen``, ``state`` and ``pyroscope`` need a restart. Example::
+
+    every = 30
+    window = 40
+    listen = "127.0.0.1:9464"
+    state = "/var/lib/heapscope/agent"
+    max_disk = "2G"
+    pyroscope = "http://pyroscope.internal:4040"
+
+    [[target]]
+    match = "postgres: .* (idle|active)"   # a command-line pattern
+    [[target]]
+    unit = "slapd"                          # a systemd service's main process
+    [[target]]
+    pid = 4242
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from heapscope.errors import InputError
+from heapscope.files import open_regular
+from heapscope.units import parse_size
+
+#: Settings that only take effect when the agent starts.
+AT_START = ("listen", "state", "pyroscope", "push_queue")
+
+
+@dataclass
+class Settings:
+    """Everything the agent runs with."""
+
+    pids: list[int] = field(default_factory=list)
+    matches: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)
+    every: float = 60.0
+    window: int = 30
+    top: int = 10
+    listen: str = "127.0.0.1:9464"
+    state: str = "/var/lib/heapscope/agent"
+    max_disk: int = 1 << 30
+    min_free: int = 256 << 20
+    pyroscope: str = ""
+    push_queue: int = 64
+    timeout: float = 30.0
+
+    def problems(self) -> list[str]:
+        """What makes these settings unusable (empty when they are fine)."""
+        out = []
+        if not (self.pids or self.matches or self.units):
+            out.append("nothing to watch: give --pid, --match or --unit (or [[target]])")
+        if self.every <= 0 or self.window < 2 or self.top < 1 or self.push_queue < 1:
+            out.append("every must be positive, window at least 2, top and push_queue at "
+                       "least 1")
+        for m in self.matches:
+            try:
+                re.compile(m)
+            except re.error as e:
+                out.append(f"match {m!r}: {e}")
+        if self.pyroscope and not self.pyroscope.startswith(("http://", "https://")):
+            out.append(f"pyroscope {self.pyroscope}: give an http:// or https:// URL")
+        return out
+
+
+_SCALARS = {f.name: f.type for f in fields(Settings)}
+
+
+def _scalar(path: str, key: str, value: Any) -> Any:
+    if key in ("max_disk", "min_free"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return parse_size(value, key)
+    elif key in ("every", "timeout"):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif key in ("window", "top", "push_queue"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, str):
+        return value
+    raise InputError(path, f"{key} = {value!r} has the wrong type")
+
+
+def load(path: str) -> dict[str, Any]:
+    """The settings a config file gives, as field name -> value (only those it names)."""
+    try:
+        with open_regular(path) as f:
+            doc = tomllib.loads(f.read(1 << 20).decode("utf-8"))
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InputError(path, f"not valid TOML: {e}") from None
+    out: dict[str, Any] = {"pids": [], "matches": [], "units": []}
+    for key, value in doc.items():
+        if key == "target":
+            if not isinstance(value, list):
+                raise InputError(path, "target must be a list of [[target]] tables")
+            for t in value:
+                _target(path, t, out)
+        elif key in _SCALARS and key not in ("pids", "matches", "units"):
+            out[key] = _scalar(path, key, value)
+        else:
+            raise InputError(path, f"unknown setting {key!r}")
+    return out
+
+
+def _target(path: str, t: Any, out: dict[str, Any]) -> None:
+    if not isinstance(t, dict) or len(t) != 1:
+        raise InputError(path, "each [[target]] names one of pid, match or unit")
+    (kind, value), = t.items()
+    if kind == "pid" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        out["pids"].append(value)
+    elif kind == "match" and isinstance(value, str):
+        out["matches"].append(value)
+    elif kind == "unit" and isinstance(value, str):
+        out["units"].append(value)
+    else:
+        raise InputError(path, f"[[target]] {kind} = {value!r}: want pid = N, match = "
+                               "\"REGEX\" or unit = \"NAME\"")
+
+
+def merge(from_file: dict[str, Any], from_flags: dict[str, Any]) -> Settings:
+    """Settings from the file, then the flags given on the command line (they win; target
+    lists from both are joined)."""
+    s = Settings()
+    for source in (from_file, from_flags):
+        for key, value in source.items():
+            if value is None:
+                continue
+            if key in ("pids", "matches", "units"):
+                getattr(s, key).extend(value)
+            else:
+                setattr(s, key, value)
+    return s
