@@ -10,7 +10,7 @@ if [[ "${1:-}" == "--dev" ]]; then
     packages+=(libc6-dbg util-linux postgresql-15 postgresql-server-dev-15 golang-go chromium
                chromium-driver valgrind librsvg2-bin librust-jemalloc-sys-dev librust-cc-dev
                librust-fs-extra-dev librust-libc-dev python3.11-dbg pkg-config libxml2-dev
-               libssl-dev libsqlite3-dev zlib1g-dev passwd prometheus)
+               libssl-dev libsqlite3-dev zlib1g-dev passwd prometheus systemd)
     command -v rustc >/dev/null 2>&1 || packages+=(rustc)
     command -v cargo >/dev/null 2>&1 || packages+=(cargo)
     command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
