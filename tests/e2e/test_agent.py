@@ -222,6 +222,103 @@ class FakePyroscope:
         self.server.shutdown()
 
 
+class FakeParca:
+    """A local server speaking Parca's ``WriteRaw`` in its HTTP/JSON form
+    (``POST /profiles/writeraw``, proto JSON of ``WriteRawRequest``): it refuses what Parca
+    refuses (no ``__name__`` label, label names Prometheus would not take, a sample without
+    a raw profile) and keeps the raw profiles it accepts."""
+
+    LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    def __init__(self) -> None:
+        import base64
+        import http.server
+        import threading
+
+        self.accepted: list[tuple[dict[str, str], bytes]] = []
+        self.refused: list[str] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                why = ""
+                try:
+                    req = json.loads(body)
+                    assert self.path == "/profiles/writeraw", self.path
+                    for series in req["series"]:
+                        labels = {x["name"]: x["value"] for x in series["labels"]["labels"]}
+                        assert "__name__" in labels, "missing __name__"
+                        assert all(fake.LABEL.match(k) for k in labels), labels
+                        for sample in series["samples"]:
+                            raw = sample.get("rawProfile", sample.get("raw_profile"))
+                            fake.accepted.append((labels, base64.b64decode(raw)))
+                except (AssertionError, KeyError, TypeError, ValueError) as e:
+                    why = str(e)
+                self.send_response(400 if why else 200)
+                if why:
+                    fake.refused.append(why)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def _raw_ids(text: str, section: str) -> list[int]:
+    """The ids of one section (Locations, Mappings) of ``go tool pprof -raw``, in order."""
+    body = text.split(f"\n{section}\n", 1)[1]
+    ids = []
+    for line in body.splitlines():
+        m = re.match(r"^\s*(\d+): ", line)
+        if m:
+            ids.append(int(m.group(1)))
+        elif line and not line[0].isspace():
+            break  # the next section (indented lines are a location's inlined frames)
+    return ids
+
+
+def test_parca_write_raw(services: dict[str, subprocess.Popen[str]], tmp_path: Path) -> None:
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go not found (go tool pprof reads the pushed profiles): "
+                    "apt-get install golang-go")
+    fake = FakeParca()
+    pid = services["cache"].pid
+    try:
+        p = _agent("--pid", str(pid), "--rounds", "2", "--state", str(tmp_path / "state"),
+                   "--parca", f"http://127.0.0.1:{fake.port}", tmp_path=tmp_path)
+    finally:
+        fake.close()
+    assert p.returncode == 0, p.stderr
+    assert fake.refused == [] and len(fake.accepted) == 2, (fake.refused, p.stderr)
+    labels, raw = fake.accepted[-1]
+    assert labels == {"__name__": "heapscope", "service": "agentsvc", "pid": str(pid),
+                      "host": socket.gethostname()}
+    assert raw[:2] == b"\x1f\x8b"  # gzip, as Parca expects
+    profile = tmp_path / "parca.pb.gz"
+    profile.write_bytes(raw)
+    out = subprocess.run([go, "tool", "pprof", "-raw", str(profile)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # Parca's validation: ids dense from 1, in order; every sample names existing locations.
+    locations, mappings = _raw_ids(out.stdout, "Locations"), _raw_ids(out.stdout, "Mappings")
+    assert locations == list(range(1, len(locations) + 1)) and locations
+    assert mappings == list(range(1, len(mappings) + 1)) and mappings
+    sampled = {int(x) for line in out.stdout.split("\nLocations\n")[0].splitlines()
+               if ": " in line and line.strip()[0].isdigit()
+               for x in line.split(": ", 1)[1].split()}
+    assert sampled and sampled <= set(locations)
+    assert "cache_put" in out.stdout and "Period: 16384" in out.stdout  # lg_prof_sample:14
+
+
 def test_pyroscope_push_with_retries(services: dict[str, subprocess.Popen[str]],
                                      tmp_path: Path) -> None:
     go = shutil.which("go")

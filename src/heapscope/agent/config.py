@@ -10,6 +10,7 @@ limits); ``listen``, ``state`` and ``pyroscope`` need a restart. Example::
     state = "/var/lib/heapscope/agent"
     max_disk = "2G"
     pyroscope = "http://pyroscope.internal:4040"
+    parca = "http://parca.internal:7070"
 
     [[target]]
     match = "postgres: .* (idle|active)"   # a command-line pattern
@@ -31,7 +32,7 @@ from heapscope.files import open_regular
 from heapscope.units import parse_size
 
 #: Settings that only take effect when the agent starts.
-AT_START = ("listen", "state", "pyroscope", "push_queue")
+AT_START = ("listen", "state", "pyroscope", "parca", "push_queue")
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Settings:
     max_disk: int = 1 << 30
     min_free: int = 256 << 20
     pyroscope: str = ""
+    parca: str = ""
     push_queue: int = 64
     timeout: float = 30.0
 
@@ -65,8 +67,10 @@ class Settings:
                 re.compile(m)
             except re.error as e:
                 out.append(f"match {m!r}: {e}")
-        if self.pyroscope and not self.pyroscope.startswith(("http://", "https://")):
-            out.append(f"pyroscope {self.pyroscope}: give an http:// or https:// URL")
+        for name in ("pyroscope", "parca"):
+            url = getattr(self, name)
+            if url and not url.startswith(("http://", "https://")):
+                out.append(f"{name} {url}: give an http:// or https:// URL")
         return out
 
 

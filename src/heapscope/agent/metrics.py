@@ -80,18 +80,18 @@ class AgentCollector(Collector):
                 leak.add_metric(labels, 1.0 if is_leak else 0.0)
         yield from (live, rss, site_live, growth, leak, judged, dumps, errors, dropped,
                     skipped)
-        pusher = self.agent.pusher
-        if pusher is not None:
+        if self.agent.pushers:
             pushed = CounterMetricFamily("heapscope_push_profiles",
-                                         "Profiles sent to the profile backend, by outcome",
+                                         "Profiles sent to a profile backend, by outcome",
                                          labels=["backend", "outcome"])
-            for outcome, n in (("sent", pusher.sent), ("failed", pusher.failed),
-                               ("dropped", pusher.dropped)):
-                pushed.add_metric(["pyroscope", outcome], float(n))
-            yield pushed
             queue = GaugeMetricFamily("heapscope_push_queue_profiles",
                                       "Profiles waiting for the backend", labels=["backend"])
-            queue.add_metric(["pyroscope"], float(pusher.queued))
+            for pusher in self.agent.pushers:
+                for outcome, n in (("sent", pusher.sent), ("failed", pusher.failed),
+                                   ("dropped", pusher.dropped)):
+                    pushed.add_metric([pusher.backend, outcome], float(n))
+                queue.add_metric([pusher.backend], float(pusher.queued))
+            yield pushed
             yield queue
 
 

@@ -1,21 +1,29 @@
-"""Pushing each symbolized dump to Grafana Pyroscope, from a bounded queue.
+"""Pushing each symbolized dump to a profile backend, from a bounded queue.
 
-Pyroscope's HTTP ingest takes a pprof body as it is: ``POST /ingest?name=APP{k=v,…}&from=
-UNIX&until=UNIX&format=pprof`` (grafana/pyroscope ``pkg/ingester/pyroscope/ingest_handler
-.go``); a heap profile's ``inuse_space`` / ``alloc_space`` sample types become its ``memory``
-series. A sender thread posts profiles in order. When the backend is down, a profile is tried
-again with exponential backoff; the queue holds at most ``limit`` profiles and, when full,
-drops the oldest (counted), so the agent's memory stays bounded whatever the backend does.
+- Grafana Pyroscope's HTTP ingest takes a pprof body as it is: ``POST /ingest?name=APP{k=v,
+  …}&from=UNIX&until=UNIX&format=pprof`` (grafana/pyroscope ``pkg/ingester/pyroscope/
+  ingest_handler.go``); a heap profile's sample types become its ``memory`` series.
+- Parca's ``ProfileStoreService/WriteRaw`` is also served as ``POST /profiles/writeraw``
+  (its grpc-gateway mapping, JSON): one series whose labels carry the required ``__name__``,
+  one sample whose ``raw_profile`` is the gzip pprof (base64 in JSON).
+
+One sender thread per backend posts profiles in order. When the backend is down, a profile
+is tried again with exponential backoff; the queue holds at most ``limit`` profiles and,
+when full, drops the oldest (counted), so the agent's memory stays bounded whatever the
+backend does.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -35,6 +43,35 @@ def _label_value(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.:/-]+", "_", text)
 
 
+def parca_request(base: str, p: Profile) -> urllib.request.Request:
+    """A Parca ``WriteRaw`` request (HTTP/JSON form) for a profile."""
+    labels = [{"name": "__name__", "value": "heapscope"},
+              {"name": "service", "value": p.service},
+              *({"name": _prom_name(k), "value": v} for k, v in p.labels)]
+    body = {"series": [{"labels": {"labels": labels},
+                        "samples": [{"rawProfile": base64.b64encode(p.body).decode()}]}],
+            "normalized": False}
+    return urllib.request.Request(f"{base.rstrip('/')}/profiles/writeraw",
+                                  data=json.dumps(body).encode(), method="POST",
+                                  headers={"Content-Type": "application/json"})
+
+
+def _prom_name(key: str) -> str:
+    # Parca wants label names valid for Prometheus: [a-zA-Z_][a-zA-Z0-9_]*.
+    name = re.sub(r"[^A-Za-z0-9_]", "_", key)
+    return name if name[:1].isalpha() or name[:1] == "_" else "_" + name
+
+
+def pyroscope_request(base: str, p: Profile) -> urllib.request.Request:
+    """A Pyroscope ``/ingest`` request for a profile."""
+    return urllib.request.Request(ingest_url(base, p), data=p.body, method="POST",
+                                  headers={"Content-Type": "application/octet-stream"})
+
+
+BACKENDS: dict[str, Callable[[str, Profile], urllib.request.Request]] = {
+    "pyroscope": pyroscope_request, "parca": parca_request}
+
+
 def ingest_url(base: str, p: Profile) -> str:
     """The ``/ingest`` URL for a profile."""
     labels = ",".join(f"{k}={_label_value(v)}" for k, v in p.labels)
@@ -48,9 +85,12 @@ def ingest_url(base: str, p: Profile) -> str:
 class Pusher:
     """A sender thread and its bounded queue; counters for the metrics."""
 
-    def __init__(self, base: str, *, limit: int = 64, attempts: int = 5,
-                 backoff: float = 1.0, max_backoff: float = 30.0, timeout: float = 10.0) -> None:
+    def __init__(self, base: str, *, backend: str = "pyroscope", limit: int = 64,
+                 attempts: int = 5, backoff: float = 1.0, max_backoff: float = 30.0,
+                 timeout: float = 10.0) -> None:
         self.base = base
+        self.backend = backend
+        self._request = BACKENDS[backend]
         self.limit = limit
         self.attempts = attempts
         self.backoff = backoff
@@ -117,8 +157,7 @@ class Pusher:
                     if not self._closing:
                         self._cond.wait(delay)
                 delay = min(delay * 2, self.max_backoff)
-            req = urllib.request.Request(ingest_url(self.base, p), data=p.body, method="POST",
-                                         headers={"Content-Type": "application/octet-stream"})
+            req = self._request(self.base, p)
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as r:
                     r.read()

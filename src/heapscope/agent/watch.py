@@ -102,7 +102,7 @@ class Agent:
     def __init__(self, sel: Selection, opts: AgentOptions,
                  say: Callable[[str], None] | None = None,
                  on_pause: Callable[[float], None] | None = None,
-                 pusher: Pusher | None = None) -> None:
+                 pushers: list[Pusher] | None = None) -> None:
         self.sel = sel
         self.opts = opts
         self.watched: dict[str, Watched] = {}
@@ -110,7 +110,7 @@ class Agent:
         self.failing: set[str] = set()  # targets whose last dump failed (said once)
         self.say = say or (lambda line: print(f"heapscope agent: {line}", file=sys.stderr))
         self.on_pause = on_pause
-        self.pusher = pusher
+        self.pushers = pushers or []
         make_state(opts.state)
 
     def round(self) -> None:
@@ -215,8 +215,10 @@ class Agent:
         w.report = at.analyse(w.session, target.pid, dumps, self.opts.symbols)
         w.rss_bytes = rss_bytes(target.pid)
         w.last_error = ""
-        if self.pusher is not None:
-            self.pusher.offer(PushedProfile(
+        if self.pushers:
+            pushed = PushedProfile(
                 target.service, (("pid", str(target.pid)), ("host", socket.gethostname())),
-                w.last_time or taken - 1, taken, pprof_of(path, self.opts.symbols)))
+                w.last_time or taken - 1, taken, pprof_of(path, self.opts.symbols))
+            for pusher in self.pushers:
+                pusher.offer(pushed)
         w.last_time = taken

@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--pyroscope", metavar="URL",
                    help="also push each dump as pprof to this Grafana Pyroscope server "
                         "(e.g. http://pyroscope:4040)")
+    p.add_argument("--parca", metavar="URL",
+                   help="also push each dump as pprof to this Parca server (WriteRaw over "
+                        "HTTP, e.g. http://parca:7070)")
     p.add_argument("--push-queue", type=int, metavar="N",
                    help="profiles kept while the backend is down (default 64; the oldest "
                         "are dropped and counted)")
@@ -90,7 +93,8 @@ def settings(args: argparse.Namespace) -> Settings:
     flags: dict[str, Any] = {
         "pids": args.pid, "matches": args.match, "units": args.unit, "every": args.every,
         "window": args.window, "top": args.top, "listen": args.listen, "state": args.state,
-        "pyroscope": args.pyroscope, "push_queue": args.push_queue, "timeout": args.timeout,
+        "pyroscope": args.pyroscope, "parca": args.parca, "push_queue": args.push_queue,
+        "timeout": args.timeout,
         "max_disk": parse_size(args.max_disk, "--max-disk") if args.max_disk else None,
         "min_free": parse_size(args.min_free, "--min-free") if args.min_free else None,
     }
@@ -123,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
     s = settings(args)
     host, port = _listen(s.listen)
     symbols = symbol_options(args)
-    pusher = Pusher(s.pyroscope, limit=s.push_queue) if s.pyroscope else None
-    agent = Agent(Selection([], [], []), AgentOptions(s.state), pusher=pusher)
+    pushers = [Pusher(url, backend=name, limit=s.push_queue)
+               for name, url in (("pyroscope", s.pyroscope), ("parca", s.parca)) if url]
+    agent = Agent(Selection([], [], []), AgentOptions(s.state), pushers=pushers)
     _apply(agent, s, symbols)
     reg, pause = registry(agent, lambda: s.top)
     agent.on_pause = pause.observe
@@ -163,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             stop.wait(max(0.0, s.every - (time.monotonic() - began)))
     finally:
-        if pusher is not None:
+        for pusher in pushers:
             pusher.close()  # what is queued gets a last chance to go out
         server.shutdown()
         thread.join(timeout=5)
