@@ -455,3 +455,48 @@ def test_config_file_and_sighup_reload(services: dict[str, subprocess.Popen[str]
         f"watching agentsvc pid {leak}", "config not reloaded")]
     assert order == sorted(order), err
     assert "not valid TOML" in err
+
+
+def test_dumps_written_by_the_service_itself(gcc: Path, libjemalloc: Path,
+                                             tmp_path: Path) -> None:
+    """--dumps DIR: jemalloc's own interval dumps, no attach; nothing there is deleted."""
+    exe = tmp_path / "agentsvc"
+    je.build([SERVICE_C], exe, ("-O1", "-g"))
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    # A dump every 1 MiB allocated: about one a second (16 KiB kept + 32 KiB churn per tick).
+    svc = subprocess.Popen([str(exe), "leak"], stdout=subprocess.PIPE, text=True, env={
+        **env, "LD_PRELOAD": str(libjemalloc),
+        "MALLOC_CONF": f"prof:true,lg_prof_sample:14,lg_prof_interval:20,"
+                       f"prof_prefix:{folder}/jeprof"})
+    port = _free_port()
+    agent = subprocess.Popen(
+        [*je.HEAPSCOPE_CMD, "agent", "--dumps", str(folder), "--every", "1", "--window", "10",
+         "--listen", f"127.0.0.1:{port}", "--state", str(tmp_path / "state")],
+        env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+        stderr=subprocess.PIPE, text=True)
+    leak = None
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and leak is None:
+            time.sleep(2)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            m = re.search(r'^heapscope_site_leak\{[^}]*function="leak_tick"[^}]*\} 1\.0$',
+                          text, re.M)
+            leak = m.group(0) if m else None
+        before = sorted(p.name for p in folder.iterdir())
+    finally:
+        svc.send_signal(signal.SIGTERM)
+        svc.wait(timeout=20)
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    assert leak is not None and f'pid="{svc.pid}"' in leak, err
+    assert agent.returncode == 0 and "Traceback" not in err, err
+    assert f"reading the dumps of agentsvc pid {svc.pid}" in err
+    assert len(before) >= 2 and set(before) <= {p.name for p in folder.iterdir()}  # kept
+    assert "attach" not in err and not list((tmp_path / "state").iterdir())

@@ -18,6 +18,8 @@ limits); ``listen``, ``state`` and ``pyroscope`` need a restart. Example::
     unit = "slapd"                          # a systemd service's main process
     [[target]]
     pid = 4242
+    [[target]]
+    dumps = "/var/lib/heapscope/myapp"      # dumps a service writes itself (no attach)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Settings:
     pids: list[int] = field(default_factory=list)
     matches: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
     every: float = 60.0
     window: int = 30
     top: int = 10
@@ -57,8 +60,9 @@ class Settings:
     def problems(self) -> list[str]:
         """What makes these settings unusable (empty when they are fine)."""
         out = []
-        if not (self.pids or self.matches or self.units):
-            out.append("nothing to watch: give --pid, --match or --unit (or [[target]])")
+        if not (self.pids or self.matches or self.units or self.folders):
+            out.append("nothing to watch: give --pid, --match, --unit or --dumps (or "
+                       "[[target]])")
         if self.every <= 0 or self.window < 2 or self.top < 1 or self.push_queue < 1:
             out.append("every must be positive, window at least 2, top and push_queue at "
                        "least 1")
@@ -75,6 +79,7 @@ class Settings:
 
 
 _SCALARS = {f.name: f.type for f in fields(Settings)}
+_LISTS = ("pids", "matches", "units", "folders")
 
 
 def _scalar(path: str, key: str, value: Any) -> Any:
@@ -103,14 +108,14 @@ def load(path: str) -> dict[str, Any]:
         raise InputError(path, e.strerror or str(e)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, f"not valid TOML: {e}") from None
-    out: dict[str, Any] = {"pids": [], "matches": [], "units": []}
+    out: dict[str, Any] = {"pids": [], "matches": [], "units": [], "folders": []}
     for key, value in doc.items():
         if key == "target":
             if not isinstance(value, list):
                 raise InputError(path, "target must be a list of [[target]] tables")
             for t in value:
                 _target(path, t, out)
-        elif key in _SCALARS and key not in ("pids", "matches", "units"):
+        elif key in _SCALARS and key not in _LISTS:
             out[key] = _scalar(path, key, value)
         else:
             raise InputError(path, f"unknown setting {key!r}")
@@ -119,7 +124,7 @@ def load(path: str) -> dict[str, Any]:
 
 def _target(path: str, t: Any, out: dict[str, Any]) -> None:
     if not isinstance(t, dict) or len(t) != 1:
-        raise InputError(path, "each [[target]] names one of pid, match or unit")
+        raise InputError(path, "each [[target]] names one of pid, match, unit or dumps")
     (kind, value), = t.items()
     if kind == "pid" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
         out["pids"].append(value)
@@ -127,9 +132,11 @@ def _target(path: str, t: Any, out: dict[str, Any]) -> None:
         out["matches"].append(value)
     elif kind == "unit" and isinstance(value, str):
         out["units"].append(value)
+    elif kind == "dumps" and isinstance(value, str):
+        out["folders"].append(value)
     else:
         raise InputError(path, f"[[target]] {kind} = {value!r}: want pid = N, match = "
-                               "\"REGEX\" or unit = \"NAME\"")
+                               "\"REGEX\", unit = \"NAME\" or dumps = \"DIR\"")
 
 
 def merge(from_file: dict[str, Any], from_flags: dict[str, Any]) -> Settings:
@@ -140,7 +147,7 @@ def merge(from_file: dict[str, Any], from_flags: dict[str, Any]) -> Settings:
         for key, value in source.items():
             if value is None:
                 continue
-            if key in ("pids", "matches", "units"):
+            if key in _LISTS:
                 getattr(s, key).extend(value)
             else:
                 setattr(s, key, value)

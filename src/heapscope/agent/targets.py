@@ -36,6 +36,7 @@ class Selection:
     pids: list[int] = field(default_factory=list)
     patterns: list[re.Pattern[str]] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)  # dumps the services write themselves
 
 
 def start_time(pid: int) -> int | None:

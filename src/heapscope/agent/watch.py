@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 
 from heapscope.agent.push import Profile as PushedProfile
 from heapscope.agent.push import Pusher
-from heapscope.agent.targets import Selection, Target, find, start_time
+from heapscope.agent.targets import Selection, Target, cmdline, find, start_time
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
 from heapscope.capture.gdbctl import NOPROF_HINT
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
+
+DIR = "dir:"  # key prefix of processes read from a dumps folder
 
 
 class NotProfiled(HeapscopeError):
@@ -116,7 +118,7 @@ class Agent:
     def round(self) -> None:
         """One dump of every target, then the verdicts of each window."""
         current = find(self.sel)
-        for key in [k for k in self.watched if k not in current]:
+        for key in [k for k in self.watched if k not in current and not k.startswith(DIR)]:
             t = self.watched.pop(key).target
             why = "it exited" if start_time(t.pid) != t.start else "no longer selected"
             self.say(f"{t.service} pid {t.pid} is no longer watched ({why})")
@@ -138,6 +140,55 @@ class Agent:
                 self.failing.add(key)
             else:
                 self.failing.discard(key)
+        for folder in self.sel.folders:
+            self._read_folder(folder)
+
+    def _read_folder(self, folder: str) -> None:
+        """Judge the dumps services write themselves into ``folder`` (``prof_interval``,
+        ``prof_gdump``, ``prof.dump``): no attach, and nothing there is ever deleted."""
+        from heapscope.analysis.leaks import find_leaks
+        from heapscope.analysis.series import group_by_pid, load_series
+        from heapscope.formats.trust import Ignored
+        from heapscope.prepare import expand_inputs
+
+        ignored: list[Ignored] = []
+        try:
+            paths = expand_inputs([folder], ignored=ignored)
+        except HeapscopeError:
+            return  # nothing written there yet
+        for item in ignored:
+            if item.path not in self.refused:
+                self.refused[item.path] = item.reason
+                self.say(f"left out {item.path}: {item.reason}")
+        for pid, dumps in group_by_pid(paths).items():
+            if pid is None:
+                continue
+            key = f"{DIR}{folder}:{pid}"
+            w = self.watched.get(key)
+            if w is None:
+                cmd = cmdline(pid)
+                service = os.path.basename(cmd[0]) if cmd else f"pid{pid}"
+                w = Watched(Target(pid, start_time(pid) or 0, service, cmd), folder)
+                self.watched[key] = w
+                self.say(f"reading the dumps of {service} pid {pid} in {folder}")
+            new = [d for d in dumps if os.path.getmtime(d) > w.last_time]
+            if not new and w.report is not None:
+                continue
+            window = dumps[-self.opts.window:]
+            try:
+                series = load_series(pid, window, self.opts.symbols)
+            except HeapscopeError as e:
+                w.errors += 1
+                w.last_error = str(e)
+                continue
+            w.dumps += len(new)
+            w.report = find_leaks([series], root=pid)
+            w.rss_bytes = rss_bytes(pid)
+            for d in new[-self.opts.window:]:
+                taken = os.path.getmtime(d)
+                self._push(w, d, taken)
+                w.last_time = taken
+            w.last_time = max(os.path.getmtime(d) for d in dumps)
 
     def _low_on_disk(self) -> bool:
         try:
@@ -215,10 +266,15 @@ class Agent:
         w.report = at.analyse(w.session, target.pid, dumps, self.opts.symbols)
         w.rss_bytes = rss_bytes(target.pid)
         w.last_error = ""
-        if self.pushers:
-            pushed = PushedProfile(
-                target.service, (("pid", str(target.pid)), ("host", socket.gethostname())),
-                w.last_time or taken - 1, taken, pprof_of(path, self.opts.symbols))
-            for pusher in self.pushers:
-                pusher.offer(pushed)
+        self._push(w, path, taken)
         w.last_time = taken
+
+    def _push(self, w: Watched, path: str, taken: float) -> None:
+        """Hand one dump to each profile backend."""
+        if not self.pushers:
+            return
+        t = w.target
+        pushed = PushedProfile(t.service, (("pid", str(t.pid)), ("host", socket.gethostname())),
+                               w.last_time or taken - 1, taken, pprof_of(path, self.opts.symbols))
+        for pusher in self.pushers:
+            pusher.offer(pushed)

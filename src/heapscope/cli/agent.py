@@ -4,6 +4,7 @@ Prometheus."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -43,6 +44,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "new ones are picked up, exited ones dropped)")
     p.add_argument("--unit", action="append", default=[], metavar="NAME",
                    help="watch the main process of this systemd service (repeatable)")
+    p.add_argument("--dumps", action="append", default=[], metavar="DIR",
+                   help="read the dumps services write themselves into DIR (prof_interval, "
+                        "prof_gdump; e.g. set up by 'heapscope env'): no attach, nothing "
+                        "there is deleted (repeatable)")
     p.add_argument("--every", type=float, metavar="SECONDS",
                    help="seconds between rounds (default 60)")
     p.add_argument("--window", type=int, metavar="N",
@@ -91,7 +96,8 @@ def settings(args: argparse.Namespace) -> Settings:
     from heapscope.units import parse_size
 
     flags: dict[str, Any] = {
-        "pids": args.pid, "matches": args.match, "units": args.unit, "every": args.every,
+        "pids": args.pid, "matches": args.match, "units": args.unit, "folders": args.dumps,
+        "every": args.every,
         "window": args.window, "top": args.top, "listen": args.listen, "state": args.state,
         "pyroscope": args.pyroscope, "parca": args.parca, "push_queue": args.push_queue,
         "timeout": args.timeout,
@@ -110,7 +116,8 @@ def _apply(agent: Agent, s: Settings, symbols: SymbolOptions) -> None:
     from heapscope.agent.targets import Selection
     from heapscope.agent.watch import AgentOptions
 
-    agent.sel = Selection(list(s.pids), [re.compile(m) for m in s.matches], list(s.units))
+    agent.sel = Selection(list(s.pids), [re.compile(m) for m in s.matches], list(s.units),
+                          [os.path.abspath(f) for f in s.folders])
     agent.opts = AgentOptions(agent.opts.state, s.window, s.timeout, symbols,
                               max_disk=s.max_disk, min_free=s.min_free)
 
