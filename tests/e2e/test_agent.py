@@ -500,3 +500,37 @@ def test_dumps_written_by_the_service_itself(gcc: Path, libjemalloc: Path,
     assert f"reading the dumps of agentsvc pid {svc.pid}" in err
     assert len(before) >= 2 and set(before) <= {p.name for p in folder.iterdir()}  # kept
     assert "attach" not in err and not list((tmp_path / "state").iterdir())
+
+
+def test_duty_cycle_leaves_sampling_off_between_windows(
+        services: dict[str, subprocess.Popen[str]], tmp_path: Path) -> None:
+    pid = str(services["cache"].pid)
+
+    def prof_active() -> bool:
+        p = je.run_heapscope("attach", pid, "status", "--format", "json",
+                             cache=tmp_path / "cache", unprofiled=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        active: bool = json.loads(p.stdout)["prof_active"]
+        return active
+
+    assert prof_active()
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    agent = subprocess.Popen(
+        [*je.HEAPSCOPE_CMD, "agent", "--pid", pid, "--every", "6", "--active", "0.5",
+         "--listen", f"127.0.0.1:{_free_port()}", "--state", str(tmp_path / "state")],
+        env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert agent.stderr is not None
+        for line in agent.stderr:
+            if "watching agentsvc" in line:
+                break
+        time.sleep(2)  # the dump that ends the window is taken; the next window is 4 s away
+        between = prof_active()
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+    assert between is False
+    assert prof_active()  # a clean stop leaves sampling on, as the target started
+    assert len(list((tmp_path / "state").glob("*/dumps/*.heap"))) >= 1

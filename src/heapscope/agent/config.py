@@ -56,6 +56,7 @@ class Settings:
     parca: str = ""
     push_queue: int = 64
     timeout: float = 30.0
+    active: float = 0.0
 
     def problems(self) -> list[str]:
         """What makes these settings unusable (empty when they are fine)."""
@@ -63,6 +64,8 @@ class Settings:
         if not (self.pids or self.matches or self.units or self.folders):
             out.append("nothing to watch: give --pid, --match, --unit or --dumps (or "
                        "[[target]])")
+        if not 0 <= self.active < self.every:
+            out.append("active must be at least 0 and less than every")
         if self.every <= 0 or self.window < 2 or self.top < 1 or self.push_queue < 1:
             out.append("every must be positive, window at least 2, top and push_queue at "
                        "least 1")
@@ -88,7 +91,7 @@ def _scalar(path: str, key: str, value: Any) -> Any:
             return value
         if isinstance(value, str):
             return parse_size(value, key)
-    elif key in ("every", "timeout"):
+    elif key in ("every", "timeout", "active"):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
     elif key in ("window", "top", "push_queue"):

@@ -10,6 +10,7 @@ restarts picks up each window where it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -22,7 +23,7 @@ from heapscope.agent.push import Pusher
 from heapscope.agent.targets import Selection, Target, cmdline, find, start_time
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
-from heapscope.capture.gdbctl import NOPROF_HINT
+from heapscope.capture.gdbctl import NOPROF_HINT, Op, call_each
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
 
@@ -59,6 +60,7 @@ class AgentOptions:
     symbols: SymbolOptions = field(default_factory=SymbolOptions)
     max_disk: int = 1 << 30  # bytes of dumps kept in the state folder, all targets together
     min_free: int = 256 << 20  # no dump is taken while the state's file system has less free
+    active: float = 0.0  # duty cycle: sample only this many seconds before each dump (0: always)
 
 
 def rss_bytes(pid: int) -> int:
@@ -118,6 +120,9 @@ class Agent:
     def round(self) -> None:
         """One dump of every target, then the verdicts of each window."""
         current = find(self.sel)
+        if self.opts.active > 0:
+            self._set_active([t.pid for k, t in current.items() if k not in self.refused], True)
+            time.sleep(self.opts.active)
         for key in [k for k in self.watched if k not in current and not k.startswith(DIR)]:
             t = self.watched.pop(key).target
             why = "it exited" if start_time(t.pid) != t.start else "no longer selected"
@@ -190,6 +195,20 @@ class Agent:
                 w.last_time = taken
             w.last_time = max(os.path.getmtime(d) for d in dumps)
 
+    def _set_active(self, pids: list[int], on: bool) -> None:
+        """prof.active on or off in each of ``pids``, in one gdb run (failures are left to
+        the dump that follows, which says them)."""
+        if not pids:
+            return
+        with contextlib.suppress(HeapscopeError):
+            call_each(pids, [Op("prof.active", "bool", on, True)], timeout=self.opts.timeout)
+
+    def finish(self) -> None:
+        """At a clean stop: with a duty cycle, leave sampling on, as the targets started."""
+        if self.opts.active > 0:
+            self._set_active([w.target.pid for k, w in self.watched.items()
+                              if not k.startswith(DIR)], True)
+
     def _low_on_disk(self) -> bool:
         try:
             st = os.statvfs(self.opts.state)
@@ -249,7 +268,9 @@ class Agent:
                          f"{self.opts.min_free >> 20} MiB free in {self.opts.state}")
             return
         path = at.next_dump_path(w.session, target.pid)
-        r = ctl.dump(path)
+        # With a duty cycle, sampling stops in the same stop as the dump.
+        off = [Op("prof.active", "bool", False, True)] if self.opts.active > 0 else []
+        r = ctl.dump(path, off)
         taken = time.time()
         w.dumps += 1
         if self.on_pause is not None:

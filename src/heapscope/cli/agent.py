@@ -75,6 +75,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--push-queue", type=int, metavar="N",
                    help="profiles kept while the backend is down (default 64; the oldest "
                         "are dropped and counted)")
+    p.add_argument("--active", type=float, metavar="SECONDS",
+                   help="duty cycle: sample (prof.active) only SECONDS before each dump, "
+                        "off otherwise, to bound the overhead; the profile then holds what "
+                        "those windows allocated (default 0: always on)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="bound on one attach (default 30)")
     p.add_argument("--rounds", type=int, default=0, metavar="N",
@@ -100,7 +104,7 @@ def settings(args: argparse.Namespace) -> Settings:
         "every": args.every,
         "window": args.window, "top": args.top, "listen": args.listen, "state": args.state,
         "pyroscope": args.pyroscope, "parca": args.parca, "push_queue": args.push_queue,
-        "timeout": args.timeout,
+        "timeout": args.timeout, "active": args.active,
         "max_disk": parse_size(args.max_disk, "--max-disk") if args.max_disk else None,
         "min_free": parse_size(args.min_free, "--min-free") if args.min_free else None,
     }
@@ -119,7 +123,7 @@ def _apply(agent: Agent, s: Settings, symbols: SymbolOptions) -> None:
     agent.sel = Selection(list(s.pids), [re.compile(m) for m in s.matches], list(s.units),
                           [os.path.abspath(f) for f in s.folders])
     agent.opts = AgentOptions(agent.opts.state, s.window, s.timeout, symbols,
-                              max_disk=s.max_disk, min_free=s.min_free)
+                              max_disk=s.max_disk, min_free=s.min_free, active=s.active)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             if args.rounds and rounds >= args.rounds:
                 break
             stop.wait(max(0.0, s.every - (time.monotonic() - began)))
+        agent.finish()
     finally:
         for pusher in pushers:
             pusher.close()  # what is queued gets a last chance to go out
