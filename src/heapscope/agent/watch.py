@@ -23,6 +23,7 @@ from heapscope.agent.push import Pusher
 from heapscope.agent.targets import Selection, Target, cmdline, find, start_time
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
+from heapscope.capture import session as sess
 from heapscope.capture.gdbctl import NOPROF_HINT, Op, call_each
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
@@ -127,24 +128,28 @@ class Agent:
             t = self.watched.pop(key).target
             why = "it exited" if start_time(t.pid) != t.start else "no longer selected"
             self.say(f"{t.service} pid {t.pid} is no longer watched ({why})")
+        batch: dict[str, Target] = {}
         for key, target in sorted(current.items()):
             if key in self.refused:
                 continue
             try:
-                self._dump(key, target)
+                if key not in self.watched:
+                    self._start(key, target)
+                batch[key] = target
             except NotProfiled as e:
                 self.refused[key] = str(e)  # for good: profiling cannot be switched on later
                 self.say(f"not watching {target.service} pid {target.pid}: {e}")
             except HeapscopeError as e:
-                w = self.watched.get(key)
-                if w is not None:
-                    w.errors += 1
-                if key not in self.failing:  # said once; tried again every round
-                    self.say(f"cannot dump {target.service} pid {target.pid} (trying again "
-                             f"each round): {e}")
-                self.failing.add(key)
-            else:
-                self.failing.discard(key)
+                self._failed(key, target, e)
+        if batch and not self._low_on_disk():
+            self._dump_all(batch)
+        elif batch:
+            for key, target in batch.items():
+                w = self.watched[key]
+                w.skipped += 1
+                if w.skipped == 1 or w.skipped % 100 == 0:
+                    self.say(f"skipped a dump of {target.service} pid {target.pid}: less "
+                             f"than {self.opts.min_free >> 20} MiB free in {self.opts.state}")
         for folder in self.sel.folders:
             self._read_folder(folder)
 
@@ -244,38 +249,69 @@ class Agent:
             if name in by_key:
                 by_key[name].dropped += 1
 
-    def _dump(self, key: str, target: Target) -> None:
-        ctl = at.Controller(target.pid, at.AttachOptions(timeout=self.opts.timeout))
+    def _failed(self, key: str, target: Target, e: HeapscopeError) -> None:
         w = self.watched.get(key)
-        if w is None:
-            session = os.path.join(self.opts.state, key)
-            facts = None
-            if not os.path.isdir(session):
-                st = ctl.status()
-                if not st["opt_prof"]:
-                    raise NotProfiled(f"it was started without heap profiling; "
-                                         f"{NOPROF_HINT}")
-                facts = at.jemalloc_facts(st)
-            w = Watched(target, at.open_session(ctl, session, facts))
-            self.watched[key] = w
-            resumed = len(at.session_dumps(w.session, target.pid))
-            self.say(f"watching {target.service} pid {target.pid}"
-                     + (f" (resuming a window of {resumed} dumps)" if resumed else ""))
-        if self._low_on_disk():
-            w.skipped += 1
-            if w.skipped == 1 or w.skipped % 100 == 0:
-                self.say(f"skipped a dump of {target.service} pid {target.pid}: less than "
-                         f"{self.opts.min_free >> 20} MiB free in {self.opts.state}")
-            return
-        path = at.next_dump_path(w.session, target.pid)
+        if w is not None:
+            w.errors += 1
+            w.last_error = str(e)
+        if key not in self.failing:  # said once; tried again every round
+            self.say(f"cannot dump {target.service} pid {target.pid} (trying again each "
+                     f"round): {e}")
+        self.failing.add(key)
+
+    def _start(self, key: str, target: Target) -> Watched:
+        """A new target: check it profiles, open (or resume) its state folder."""
+        session = os.path.join(self.opts.state, key)
+        ctl = at.Controller(target.pid, at.AttachOptions(timeout=self.opts.timeout))
+        facts = None
+        if not os.path.isdir(session):
+            st = ctl.status()
+            if not st["opt_prof"]:
+                raise NotProfiled(f"it was started without heap profiling; {NOPROF_HINT}")
+            facts = at.jemalloc_facts(st)
+        w = Watched(target, at.open_session(ctl, session, facts))
+        self.watched[key] = w
+        resumed = len(at.session_dumps(w.session, target.pid))
+        self.say(f"watching {target.service} pid {target.pid}"
+                 + (f" (resuming a window of {resumed} dumps)" if resumed else ""))
+        return w
+
+    def _dump_all(self, batch: dict[str, Target]) -> None:
+        """One dump of each target in one gdb run (its start-up, and the reading of a
+        program's symbols, paid once a round), then each window judged."""
+        paths = {t.pid: at.next_dump_path(self.watched[k].session, t.pid)
+                 for k, t in batch.items()}
         # With a duty cycle, sampling stops in the same stop as the dump.
-        off = [Op("prof.active", "bool", False, True)] if self.opts.active > 0 else []
-        r = ctl.dump(path, off)
+        ops = [Op("prof.dump", "str", paths, True)]
+        if self.opts.active > 0:
+            ops.append(Op("prof.active", "bool", False, True))
+        try:
+            results = call_each(sorted(paths), ops, timeout=self.opts.timeout, retries=2)
+        except HeapscopeError as e:
+            for key, target in batch.items():
+                self._failed(key, target, e)
+            return
+        for key, target in batch.items():
+            r = results.get(target.pid)
+            path = paths[target.pid]
+            if not isinstance(r, HeapscopeError):
+                rc = r.rcs.get("prof.dump", 0) if r is not None else -1
+                if rc == 0 and os.path.exists(path):
+                    self.failing.discard(key)
+                    self._judge(self.watched[key], path, r.stopped_s if r else 0.0)
+                    continue
+                r = HeapscopeError(at.dump_problem(target.pid, path, rc))
+            self._failed(key, target, r)
+
+    def _judge(self, w: Watched, path: str, pause: float) -> None:
+        """Book a new dump: seal it, move the window, judge it, push it."""
+        sess.seal(path)
+        at.record_modules(w.session, w.target.pid)
         taken = time.time()
         w.dumps += 1
         if self.on_pause is not None:
-            self.on_pause(r.stopped_s)
-        dumps = at.session_dumps(w.session, target.pid)
+            self.on_pause(pause)
+        dumps = at.session_dumps(w.session, w.target.pid)
         for old in dumps[:-self.opts.window]:
             try:
                 os.unlink(old)
@@ -284,8 +320,13 @@ class Agent:
                 pass
         self._keep_budget()
         dumps = [d for d in dumps[-self.opts.window:] if os.path.exists(d)]
-        w.report = at.analyse(w.session, target.pid, dumps, self.opts.symbols)
-        w.rss_bytes = rss_bytes(target.pid)
+        try:
+            w.report = at.analyse(w.session, w.target.pid, dumps, self.opts.symbols)
+        except HeapscopeError as e:
+            w.errors += 1
+            w.last_error = str(e)
+            return
+        w.rss_bytes = rss_bytes(w.target.pid)
         w.last_error = ""
         self._push(w, path, taken)
         w.last_time = taken

@@ -139,7 +139,7 @@ class Controller:
         r = self.run([Op("prof.dump", "str", path, True), *(extra or [])])
         rc = r.rcs.get("prof.dump", 0)
         if rc != 0 or not os.path.exists(path):
-            raise AttachError(_dump_problem(self.pid, path, rc))
+            raise AttachError(dump_problem(self.pid, path, rc))
         sess.seal(path)
         record_modules(os.path.dirname(os.path.dirname(path)), self.pid)
         return r
@@ -159,7 +159,8 @@ def record_modules(session: str, pid: int) -> None:
         sess.write_json(os.path.join(session, sess.MANIFEST), m)
 
 
-def _dump_problem(pid: int, path: str, rc: int) -> str:
+def dump_problem(pid: int, path: str, rc: int) -> str:
+    """Why a target did not write the dump it was asked for, and what to do."""
     uid = _uid(pid)
     who = f"uid {uid}" if uid is not None else "its own user"
     root = os.path.realpath(f"/proc/{pid}/root")

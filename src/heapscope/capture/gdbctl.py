@@ -52,7 +52,7 @@ class Op:
 
     name: str
     kind: str  # bool, unsigned, size_t, ssize_t, uint64, str, none
-    value: Any = None
+    value: Any = None  # a dict {pid: value} gives each process of call_each its own
     write: bool = False
 
     def as_dict(self) -> dict[str, Any]:

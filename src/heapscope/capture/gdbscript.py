@@ -378,7 +378,10 @@ def main():
                          "rc": rc}
         if error is None:
             for op in P["ops"]:
-                rc, val = caller.call(op["name"], op["type"], op.get("value"),
+                value = op.get("value")
+                if isinstance(value, dict):  # one value per process (a dump path each)
+                    value = value.get(str(PID))
+                rc, val = caller.call(op["name"], op["type"], value,
                                       op.get("write", False))
                 results.append({"name": op["name"], "rc": rc, "value": val,
                                 "write": op.get("write", False)})
