@@ -15,11 +15,12 @@ import pytest
 
 from heapscope.cli import export
 from heapscope.formats import symbolized
-from heapscope.formats.pprof import decode_profile, read_fields
+from heapscope.formats.pprof import decode_profile
+from heapscope.formats.proto import profile_pb2
 from heapscope.model import INUSE_SPACE, Mapping, Profile, Sample, Thread, ThreadValues
 from heapscope.render.callgrind import render_callgrind
 from heapscope.render.collapsed import collapse, render_collapsed
-from heapscope.render.pprof import PprofOptions, encode_profile, render_pprof, varint
+from heapscope.render.pprof import PprofOptions, encode_profile, render_pprof
 from heapscope.render.profile_json import profile_dict
 
 from .builders import EXE, LIBC, Builder
@@ -127,20 +128,21 @@ def pprof_options(**kw: Any) -> PprofOptions:
 
 @pytest.mark.parametrize(
     ("n", "encoded"),
-    [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"), (150, b"\x96\x01"),
+    [(0, b""), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"), (150, b"\x96\x01"),
      (300, b"\xac\x02"), (16384, b"\x80\x80\x01"), (2**63 - 1, b"\xff" * 8 + b"\x7f"),
      (-1, b"\xff" * 9 + b"\x01")],
 )
-def test_varint(n: int, encoded: bytes) -> None:
-    assert varint(n) == encoded
-    assert read_fields(b"\x08" + encoded) == [(1, n if n >= 0 else n + 2**64)]
+def test_wire_varints(n: int, encoded: bytes) -> None:
+    """Profile.period (field 12, an int64 varint) as the protobuf wire format spells it."""
+    wire = b"\x60" + encoded if n else b""  # a zero scalar is not written
+    assert decode_profile(wire)["period"] == n
+    assert profile_pb2.Profile(period=n).SerializeToString() == wire
 
 
-def test_read_fields_rejects_truncation() -> None:
-    with pytest.raises(ValueError):
-        read_fields(b"\x0a\x05ab")
-    with pytest.raises(ValueError):
-        read_fields(b"\x08\x80")
+def test_truncated_messages_are_refused() -> None:
+    for data in (b"\x0a\x05ab", b"\x08\x80", b"\x1f\x8b\x08junk"):
+        with pytest.raises(ValueError):
+            decode_profile(data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,3 +501,15 @@ def test_pprof_gzip_is_deterministic() -> None:
     a = render_pprof([p], pprof_options())
     assert a == render_pprof([p], pprof_options())
     assert gzip.decompress(a) == encode_profile([p], pprof_options())
+
+
+def test_generated_profile_code_matches_its_proto(tmp_path: Path) -> None:
+    """formats/proto/profile_pb2.py(i) are what protoc makes of profile.proto (the command
+    in profile.proto's header): regenerated here and compared."""
+    grpc_tools = pytest.importorskip("grpc_tools.protoc", reason="pip install grpcio-tools")
+    proto_dir = Path(profile_pb2.__file__).parent
+    rc = grpc_tools.main(["protoc", f"-I{proto_dir}", f"--python_out={tmp_path}",
+                          f"--pyi_out={tmp_path}", str(proto_dir / "profile.proto")])
+    assert rc == 0
+    for name in ("profile_pb2.py", "profile_pb2.pyi"):
+        assert (tmp_path / name).read_bytes() == (proto_dir / name).read_bytes(), name

@@ -17,8 +17,8 @@ does not claim ``has_functions``, so a backend with better debug info may still 
 
 IDs are dense (1..N, in order) for mappings, locations and functions, as Parca requires.
 
-The encoder is a few lines of protobuf wire format (varints and length-delimited fields);
-:func:`decode_profile` reads the same subset back (for tests and scripts).
+The message is built with the classes generated from ``formats/proto/profile.proto``;
+:func:`heapscope.formats.pprof.decode_profile` reads it back (for tests and scripts).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from heapscope.formats.proto import profile_pb2
 from heapscope.model import (
     ALLOC_OBJECTS,
     ALLOC_SPACE,
@@ -49,75 +50,6 @@ SAMPLE_TYPES = (
     ("inuse_space", "bytes"),
 )
 DEFAULT_SAMPLE_TYPE = "inuse_space"
-
-_VARINT = 0
-_LEN = 2
-
-
-# ---------------------------------------------------------------------------------------------
-# Wire format
-
-
-def _varint_slow(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # int64 negatives are ten-byte two's complement varints
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SMALL = [_varint_slow(i) for i in range(1 << 14)]
-
-
-def varint(n: int) -> bytes:
-    """The protobuf base-128 varint encoding of ``n`` (negative: as uint64)."""
-    if 0 <= n < 16384:
-        return _SMALL[n]
-    return _varint_slow(n)
-
-
-def _key(field_no: int, wire: int) -> bytes:
-    return varint(field_no << 3 | wire)
-
-
-class _Msg:
-    """A message under construction: a list of encoded fields (zero scalars omitted)."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def uint(self, field_no: int, value: int) -> _Msg:
-        if value:
-            self.parts.append(_key(field_no, _VARINT))
-            self.parts.append(varint(value))
-        return self
-
-    def flag(self, field_no: int, value: bool) -> _Msg:
-        return self.uint(field_no, 1 if value else 0)
-
-    def data(self, field_no: int, payload: bytes) -> _Msg:
-        self.parts.append(_key(field_no, _LEN))
-        self.parts.append(varint(len(payload)))
-        self.parts.append(payload)
-        return self
-
-    def packed(self, field_no: int, values: Iterable[int]) -> _Msg:
-        payload = b"".join(map(varint, values))
-        if payload:
-            self.data(field_no, payload)
-        return self
-
-    def sub(self, field_no: int, msg: _Msg) -> _Msg:
-        return self.data(field_no, msg.bytes())
-
-    def bytes(self) -> bytes:
-        return b"".join(self.parts)
-
 
 # ---------------------------------------------------------------------------------------------
 # Building the profile
@@ -190,14 +122,12 @@ class PprofOptions:
 class _Builder:
     def __init__(self, options: PprofOptions) -> None:
         self.options = options
+        self.prof = profile_pb2.Profile()
         self.strings: dict[str, int] = {"": 0}
         self.mappings: dict[tuple[int, int, int, str, str], int] = {}
         self.mapping_info: list[_MappingInfo] = []
         self.functions: dict[tuple[str, str, str], int] = {}
-        self.function_msgs: list[bytes] = []
         self.locations: dict[tuple[int, int, tuple[Frame, ...]], int] = {}
-        self.location_msgs: list[bytes] = []
-        self.location_varints: list[bytes] = [b""]  # by id: the packed encoding of the id
         # (location ids, thread uid or -1) -> summed values in PPROF_ORDER
         self.samples: dict[tuple[tuple[int, ...], int], list[float]] = {}
         self.thread_names: dict[int, str] = {}
@@ -223,15 +153,10 @@ class _Builder:
         key = (name, system_name, filename)
         i = self.functions.get(key)
         if i is None:
-            i = self.functions[key] = len(self.function_msgs) + 1
-            msg = (
-                _Msg()
-                .uint(1, i)
-                .uint(2, self.string(name))
-                .uint(3, self.string(system_name or name))
-                .uint(4, self.string(filename))
-            )
-            self.function_msgs.append(msg.bytes())
+            i = self.functions[key] = len(self.functions) + 1
+            self.prof.function.add(id=i, name=self.string(name),
+                                   system_name=self.string(system_name or name),
+                                   filename=self.string(filename))
         return i
 
     def location_id(self, loc: Location, mapping_ids: dict[int, int]) -> int:
@@ -245,13 +170,11 @@ class _Builder:
         i = self.locations.get(key)
         if i is not None:
             return i
-        i = self.locations[key] = len(self.location_msgs) + 1
-        msg = _Msg().uint(1, i).uint(2, mid).uint(3, address)
+        i = self.locations[key] = len(self.locations) + 1
+        msg = self.prof.location.add(id=i, mapping_id=mid, address=address)
         for f in loc.frames:
             fid = self.function_id(f.function or loc.fallback_name, f.system_name, f.file)
-            msg.sub(4, _Msg().uint(1, fid).uint(2, f.line))
-        self.location_msgs.append(msg.bytes())
-        self.location_varints.append(varint(i))
+            msg.line.add(function_id=fid, line=f.line)
         if mid:
             info = self.mapping_info[mid - 1]
             info.locations += 1
@@ -299,68 +222,42 @@ class _Builder:
                         acc[j] += values[k]
 
     def encode(self) -> bytes:
-        out = _Msg()
+        prof = self.prof
         for type_, unit in SAMPLE_TYPES:
-            out.sub(1, _Msg().uint(1, self.string(type_)).uint(2, self.string(unit)))
-        parts = out.parts
-        sample_key = _key(2, _LEN)
-        loc_key = _key(1, _LEN)
-        value_key = _key(2, _LEN)
-        loc_varints = self.location_varints
+            prof.sample_type.add(type=self.string(type_), unit=self.string(unit))
         thread_key = self.string("thread_id")
         name_key = self.string("thread")
         for (ids, thread), values in sorted(self.samples.items()):
-            vals = b"".join([varint(round(v)) for v in values])
-            if vals == b"\x00\x00\x00\x00":
+            vals = [round(v) for v in values]
+            if not any(vals):
                 continue  # every estimate rounds to zero
-            locs = b"".join(map(loc_varints.__getitem__, ids))
-            body = [loc_key, varint(len(locs)), locs, value_key, varint(len(vals)), vals]
+            sample = prof.sample.add(location_id=ids, value=vals)
             if thread >= 0:
-                label = _Msg().uint(1, thread_key).uint(3, thread)
-                body.append(_Msg().sub(3, label).bytes())
+                sample.label.add(key=thread_key, num=thread)
                 name = self.thread_names.get(thread)
                 if name:
-                    label = _Msg().uint(1, name_key).uint(2, self.string(name))
-                    body.append(_Msg().sub(3, label).bytes())
-            encoded = b"".join(body)
-            parts.append(sample_key)
-            parts.append(varint(len(encoded)))
-            parts.append(encoded)
+                    sample.label.add(key=name_key, str=self.string(name))
         for i, info in enumerate(self.mapping_info, 1):
             m = info.mapping
             has_functions = info.locations > 0 and info.functions
-            msg = (
-                _Msg()
-                .uint(1, i)
-                .uint(2, m.start)
-                .uint(3, m.limit)
-                .uint(4, m.offset)
-                .uint(5, self.string(m.path))
-                .uint(6, self.string(info.build_id))
-                .flag(7, has_functions)
-                .flag(8, has_functions and info.filenames)
-                .flag(9, has_functions and info.filenames and info.line_numbers)
+            prof.mapping.add(
+                id=i, memory_start=m.start, memory_limit=m.limit, file_offset=m.offset,
+                filename=self.string(m.path), build_id=self.string(info.build_id),
+                has_functions=has_functions,
+                has_filenames=has_functions and info.filenames,
+                has_line_numbers=has_functions and info.filenames and info.line_numbers,
                 # DWARF (file names) was read with inline chains for every location.
-                .flag(10, has_functions and info.filenames)
-            )
-            out.sub(3, msg)
-        for loc in self.location_msgs:
-            out.data(4, loc)
-        for fn in self.function_msgs:
-            out.data(5, fn)
+                has_inline_frames=has_functions and info.filenames)
         # Strings last: every index above has been handed out by now.
-        period_type = _Msg().uint(1, self.string("space")).uint(2, self.string("bytes"))
-        comments = [self.string(c) for c in self.options.comments]
-        default = self.string(self.options.default_sample_type)
-        for s in self.strings:  # dicts keep insertion order == index order
-            out.data(6, s.encode("utf-8", "surrogateescape"))
+        prof.period_type.type = self.string("space")
+        prof.period_type.unit = self.string("bytes")
+        prof.comment.extend(self.string(c) for c in self.options.comments)
+        prof.default_sample_type = self.string(self.options.default_sample_type)
+        prof.string_table.extend(s.encode("utf-8", "surrogateescape") for s in self.strings)
         if self.time is not None:
-            out.uint(9, int(self.time * 1e9))
-        out.sub(11, period_type)
-        out.uint(12, self.period)
-        out.packed(13, comments)
-        out.uint(14, default)
-        return out.bytes()
+            prof.time_nanos = int(self.time * 1e9)
+        prof.period = self.period
+        return prof.SerializeToString()
 
 
 def encode_profile(profiles: Iterable[Profile], options: PprofOptions | None = None) -> bytes:
