@@ -28,6 +28,8 @@ from typing import Any
 import jemalloc as je
 import pytest
 
+from heapscope.formats.pprof import decode_profile
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
@@ -344,6 +346,19 @@ def test_pyroscope_push_with_retries(services: dict[str, subprocess.Popen[str]],
         assert query["name"] == f"agentsvc{{pid={pid},host={host}}}", query
         times.append((int(query["from"]), int(query["until"])))
     assert all(a < b for a, b in times) and times == sorted(times), times
+    # Decoded with the protobuf classes: four heap sample types, the target's sample period,
+    # a time inside the pushed interval, the program's mapping first with its build-id.
+    doc = decode_profile(fake.accepted[-1][1])
+    names = doc["string_table"]
+    assert [(names[t["type"]], names[t["unit"]]) for t in doc["sample_type"]] == [
+        ("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
+        ("inuse_space", "bytes")]
+    assert doc["period"] == 1 << 14 and names[doc["default_sample_type"]] == "inuse_space"
+    start, end = times[-1]
+    assert start - 1 <= doc["time_nanos"] / 1e9 <= end + 1
+    main = doc["mapping"][0]
+    assert names[main["filename"]].endswith("agentsvc")
+    assert re.fullmatch(r"[0-9a-f]{40}", names[main["build_id"]])
     # The last profile is the last dump: go tool pprof reads it with heapscope top's total.
     last = tmp_path / "last.pb.gz"
     last.write_bytes(fake.accepted[-1][1])
