@@ -15,10 +15,11 @@ def test_file_then_flags(tmp_path: Path) -> None:
     f = tmp_path / "a.toml"
     f.write_text('every = 30\nwindow = 40\nmax_disk = "2G"\npyroscope = "http://p:4040"\n'
                  '[[target]]\nmatch = "postgres: "\n[[target]]\nunit = "slapd"\n'
-                 '[[target]]\npid = 7\n')
+                 '[[target]]\npid = 7\n[[target]]\npidfile = "/run/x.pid"\n')
     s = merge(load(str(f)), {"every": 5.0, "pids": [9], "window": None})
     assert (s.every, s.window, s.max_disk, s.pyroscope) == (5.0, 40, 2 << 30, "http://p:4040")
     assert (s.pids, s.matches, s.units) == ([7, 9], ["postgres: "], ["slapd"])
+    assert s.pidfiles == ["/run/x.pid"]
     assert s.problems() == []
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from heapscope.agent.targets import Selection, cmdline, find, start_time
 
@@ -29,3 +31,20 @@ def test_pattern_and_pid_find_live_processes() -> None:
         child.wait()
     assert find(Selection(pids=[child.pid])) == {}  # gone: dropped
     assert find(Selection(patterns=[re.compile("heapscope-target-probe")])) == {}
+
+
+def test_pid_files_are_read_every_round(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    pidfile = tmp_path / "svc.pid"
+    try:
+        assert find(Selection(pidfiles=[str(pidfile)])) == {}  # not written yet
+        pidfile.write_text(f"{child.pid}\n")
+        assert [t.pid for t in find(Selection(pidfiles=[str(pidfile)])).values()] == [child.pid]
+        pidfile.write_text("not a pid\n")
+        assert find(Selection(pidfiles=[str(pidfile)])) == {}
+        pidfile.unlink()
+        os.mkfifo(pidfile)  # never read blocking
+        assert find(Selection(pidfiles=[str(pidfile)])) == {}
+    finally:
+        child.kill()
+        child.wait()

@@ -19,6 +19,8 @@ limits); ``listen``, ``state`` and ``pyroscope`` need a restart. Example::
     [[target]]
     pid = 4242
     [[target]]
+    pidfile = "/run/nginx.pid"              # read again every round
+    [[target]]
     dumps = "/var/lib/heapscope/myapp"      # dumps a service writes itself (no attach)
 """
 
@@ -45,6 +47,7 @@ class Settings:
     matches: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
+    pidfiles: list[str] = field(default_factory=list)
     every: float = 60.0
     window: int = 30
     top: int = 10
@@ -61,9 +64,9 @@ class Settings:
     def problems(self) -> list[str]:
         """What makes these settings unusable (empty when they are fine)."""
         out = []
-        if not (self.pids or self.matches or self.units or self.folders):
-            out.append("nothing to watch: give --pid, --match, --unit or --dumps (or "
-                       "[[target]])")
+        if not (self.pids or self.matches or self.units or self.folders or self.pidfiles):
+            out.append("nothing to watch: give --pid, --pidfile, --match, --unit or --dumps "
+                       "(or [[target]])")
         if not 0 <= self.active < self.every:
             out.append("active must be at least 0 and less than every")
         if self.every <= 0 or self.window < 2 or self.top < 1 or self.push_queue < 1:
@@ -82,7 +85,7 @@ class Settings:
 
 
 _SCALARS = {f.name: f.type for f in fields(Settings)}
-_LISTS = ("pids", "matches", "units", "folders")
+_LISTS = ("pids", "matches", "units", "folders", "pidfiles")
 
 
 def _scalar(path: str, key: str, value: Any) -> Any:
@@ -111,7 +114,7 @@ def load(path: str) -> dict[str, Any]:
         raise InputError(path, e.strerror or str(e)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, f"not valid TOML: {e}") from None
-    out: dict[str, Any] = {"pids": [], "matches": [], "units": [], "folders": []}
+    out: dict[str, Any] = {k: [] for k in _LISTS}
     for key, value in doc.items():
         if key == "target":
             if not isinstance(value, list):
@@ -127,7 +130,8 @@ def load(path: str) -> dict[str, Any]:
 
 def _target(path: str, t: Any, out: dict[str, Any]) -> None:
     if not isinstance(t, dict) or len(t) != 1:
-        raise InputError(path, "each [[target]] names one of pid, match, unit or dumps")
+        raise InputError(path, "each [[target]] names one of pid, pidfile, match, unit or "
+                               "dumps")
     (kind, value), = t.items()
     if kind == "pid" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
         out["pids"].append(value)
@@ -137,9 +141,12 @@ def _target(path: str, t: Any, out: dict[str, Any]) -> None:
         out["units"].append(value)
     elif kind == "dumps" and isinstance(value, str):
         out["folders"].append(value)
+    elif kind == "pidfile" and isinstance(value, str):
+        out["pidfiles"].append(value)
     else:
-        raise InputError(path, f"[[target]] {kind} = {value!r}: want pid = N, match = "
-                               "\"REGEX\", unit = \"NAME\" or dumps = \"DIR\"")
+        raise InputError(path, f"[[target]] {kind} = {value!r}: want pid = N, pidfile = "
+                               "\"PATH\", match = \"REGEX\", unit = \"NAME\" or dumps = "
+                               "\"DIR\"")
 
 
 def merge(from_file: dict[str, Any], from_flags: dict[str, Any]) -> Settings:

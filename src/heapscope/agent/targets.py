@@ -37,6 +37,7 @@ class Selection:
     patterns: list[re.Pattern[str]] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)  # dumps the services write themselves
+    pidfiles: list[str] = field(default_factory=list)  # files holding a service's pid
 
 
 def start_time(pid: int) -> int | None:
@@ -74,6 +75,19 @@ def unit_main_pid(unit: str) -> int | None:
     return pid or None
 
 
+def pid_from_file(path: str) -> int | None:
+    """The pid a pid file holds (None when it is missing, not a regular file, or not a
+    number): read afresh every round, so a restarted service is followed."""
+    from heapscope.files import open_regular
+
+    try:
+        with open_regular(path) as f:
+            text = f.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def find(sel: Selection, skip: set[int] | None = None) -> dict[str, Target]:
     """The processes the selection names now, by :attr:`Target.key`."""
     skip = {os.getpid(), os.getppid(), *(skip or set())}
@@ -91,6 +105,10 @@ def find(sel: Selection, skip: set[int] | None = None) -> dict[str, Target]:
 
     for pid in sel.pids:
         add(pid, None)
+    for path in sel.pidfiles:
+        from_file = pid_from_file(path)
+        if from_file is not None:
+            add(from_file, None)
     for unit in sel.units:
         main = unit_main_pid(unit)
         if main is not None:

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a TOML file with these settings and [[target]] tables; flags win")
     p.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
                    help="watch this process (repeatable)")
+    p.add_argument("--pidfile", action="append", default=[], metavar="PATH",
+                   help="watch the process whose pid this file holds, read again every "
+                        "round (repeatable)")
     p.add_argument("--match", action="append", default=[], metavar="REGEX",
                    help="watch every process whose command line matches (repeatable; "
                         "new ones are picked up, exited ones dropped)")
@@ -101,6 +104,7 @@ def settings(args: argparse.Namespace) -> Settings:
 
     flags: dict[str, Any] = {
         "pids": args.pid, "matches": args.match, "units": args.unit, "folders": args.dumps,
+        "pidfiles": args.pidfile,
         "every": args.every,
         "window": args.window, "top": args.top, "listen": args.listen, "state": args.state,
         "pyroscope": args.pyroscope, "parca": args.parca, "push_queue": args.push_queue,
@@ -121,7 +125,7 @@ def _apply(agent: Agent, s: Settings, symbols: SymbolOptions) -> None:
     from heapscope.agent.watch import AgentOptions
 
     agent.sel = Selection(list(s.pids), [re.compile(m) for m in s.matches], list(s.units),
-                          [os.path.abspath(f) for f in s.folders])
+                          [os.path.abspath(f) for f in s.folders], list(s.pidfiles))
     agent.opts = AgentOptions(agent.opts.state, s.window, s.timeout, symbols,
                               max_disk=s.max_disk, min_free=s.min_free, active=s.active)
 
