@@ -14,6 +14,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from heapscope.agent.config import AT_START, Settings
+from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
 
@@ -28,7 +29,7 @@ DEFAULT_STATE = "/var/lib/heapscope/agent"
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``agent`` subcommand."""
     p = sub.add_parser(
-        "agent", help="watch processes continuously; serve leak verdicts on /metrics",
+        "agent", help=summary("agent"),
         description="Dump each target every few seconds through the attach path, judge a "
                     "rolling window of its dumps with the leak verdicts of 'heapscope leaks', "
                     "and serve per-process and per-site metrics for Prometheus (and push "

@@ -14,6 +14,7 @@ from typing import Any
 from heapscope.capture import attach as at
 from heapscope.capture.conf import lg2
 from heapscope.capture.gdbctl import NOPROF_HINT, AttachError, Op
+from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.progress import DelayedProgress
@@ -26,7 +27,7 @@ ACTIONS = ("status", "dump", "start", "stop", "reset", "window", "watch")
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``attach`` subcommand."""
     p = sub.add_parser(
-        "attach", help="control the jemalloc heap profiler of a running process (gdb)",
+        "attach", help=summary("attach"),
         description="Attach to a running process with gdb for a moment and call jemalloc's "
                     "mallctl in it: show its profiler's state, make it dump, switch sampling "
                     "on or off, or take a window/series of dumps and report leaks. The process "

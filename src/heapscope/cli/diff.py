@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from heapscope.cli import top
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_input_options,
@@ -19,7 +20,7 @@ from heapscope.cli.common import (
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``diff`` subcommand."""
-    p = sub.add_parser("diff", help="growth per allocation site from BASE to NEW",
+    p = sub.add_parser("diff", help=summary("diff"),
                        description="Show what grew (and shrank) per allocation site from BASE "
                                    "to NEW; sites are matched by name, so any two processes, "
                                    "restarts or hosts can be compared.")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heapscope.capture import systemd
+from heapscope.cli.commands import summary
 from heapscope.errors import UsageError
 from heapscope.units import human_bytes
 
@@ -27,7 +28,7 @@ RJEM_PREFIX = "_rjem_"
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``env`` subcommand."""
     p = sub.add_parser(
-        "env", help="print the environment that turns on jemalloc heap profiling",
+        "env", help=summary("env"),
         description="Print the LD_PRELOAD and MALLOC_CONF settings that run a program under "
                     "jemalloc's heap profiler (shell lines, a java command prefix, or a systemd "
                     "drop-in for a service).")

@@ -13,6 +13,7 @@ import os
 import sys
 
 from heapscope.analysis.top import SAMPLE_INDEX, View, filtered
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_input_options,
     add_sample_options,
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``export`` subcommand."""
     p = sub.add_parser(
         "export",
-        help="write dumps as pprof, collapsed stacks, callgrind or JSON",
+        help=summary("export"),
         description="Convert heap dumps (symbolized, unsampled, allocator frames removed) "
                     "for other tools: pprof (go tool pprof, Pyroscope, Parca), collapsed "
                     "stacks (flamegraph.pl, inferno, speedscope), callgrind (KCachegrind) "

@@ -7,6 +7,7 @@ import sys
 
 from heapscope.analysis.top import View, filtered
 from heapscope.analysis.tree import build_tree
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_input_options,
@@ -28,7 +29,7 @@ from heapscope.units import human_bytes
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``flamegraph`` subcommand."""
     p = sub.add_parser(
-        "flamegraph", help="write an interactive flame graph (one offline HTML file)",
+        "flamegraph", help=summary("flamegraph"),
         description="Write an interactive flame graph of heap dumps as one self-contained "
                     "HTML file: hover for details, click to zoom, search, inverted (callers) "
                     "view, the four sample types, and a diff against --base. Several dumps are "

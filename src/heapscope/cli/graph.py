@@ -7,6 +7,7 @@ import sys
 
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_input_options,
@@ -53,7 +54,7 @@ def _count(text: str) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``graph`` subcommand."""
     p = sub.add_parser(
-        "graph", help="draw a call graph of heap dumps (like jeprof --svg)",
+        "graph", help=summary("graph"),
         description="Draw the call graph of one or more heap dumps (added together) with "
                     "Graphviz: a box per function with its flat and cumulative value, "
                     "edges weighted by the value allocated through each call.")

@@ -12,6 +12,7 @@ from heapscope.analysis.leaks import find_leaks
 from heapscope.analysis.series import group_by_pid, load_series, unreadable_series
 from heapscope.analysis.suppress import read_file
 from heapscope.capture.session import read_manifest
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_input_options,
@@ -34,7 +35,7 @@ from heapscope.render.leaks import render_leaks
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``leaks`` subcommand."""
     p = sub.add_parser(
-        "leaks", help="tell leaks from caches over a series of dumps, per process",
+        "leaks", help=summary("leaks"),
         description="Judge every allocation site of every process over a series of dumps "
                     "(a session, a folder of dumps, or dump files): leak, growing, bounded, "
                     "churn or steady, with the evidence; a single dump lists what is live.")

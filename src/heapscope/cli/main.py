@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from heapscope import __version__
-from heapscope.cli import (
-    agent,
-    attach,
-    diff,
-    env,
-    export,
-    flamegraph,
-    graph,
-    leaks,
-    run,
-    shell,
-    timeline,
-    top,
-)
+from heapscope.cli.commands import COMMANDS, summary
 from heapscope.errors import HeapscopeError
 
 
-def parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand registered."""
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand the arguments name (their first word), if it is one."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser. Given the arguments, only the subcommand they name is loaded
+    (the others are listed by name and summary); without them, every subcommand is."""
     p = argparse.ArgumentParser(
         prog="heapscope",
         description="Find memory leaks in native processes with jemalloc's heap profiler.",
@@ -35,24 +30,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"heapscope {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    run.register(sub)
-    attach.register(sub)
-    agent.register(sub)
-    top.register(sub)
-    leaks.register(sub)
-    diff.register(sub)
-    graph.register(sub)
-    export.register(sub)
-    flamegraph.register(sub)
-    timeline.register(sub)
-    shell.register(sub)
-    env.register(sub)
+    chosen = None if argv is None else _chosen(argv)
+    for name, (module, _) in COMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=summary(name))
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit status."""
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser(argv).parse_args(argv)
     try:
         rc: int = args.func(args)
         sys.stdout.flush()

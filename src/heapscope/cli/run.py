@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from heapscope.capture.runner import RunOptions, run_session
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_symbol_options,
@@ -27,7 +28,7 @@ from heapscope.units import parse_size
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``run`` subcommand."""
     p = sub.add_parser(
-        "run", help="run a program under jemalloc heap profiling and report its leaks",
+        "run", help=summary("run"),
         description="Run CMD with a profiling jemalloc, follow its child processes, and "
                     "report what was still allocated at exit. Everything lands in a session "
                     "folder that every other command can open.",

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_input_options,
@@ -49,7 +50,7 @@ _TOP = re.compile(r"^(?:top|text)(\d*)$")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``shell`` subcommand (same options as ``top``, always interactive)."""
-    p = sub.add_parser("shell", help="interactive shell on a heap dump (like jeprof's prompt)")
+    p = sub.add_parser("shell", help=summary("shell"))
     p.add_argument("dumps", nargs="+", metavar="DUMP")
     add_view_options(p)
     p.add_argument("--thread", metavar="ID|NAME")

@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 
+from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
 from heapscope.errors import UsageError
 from heapscope.files import replace_atomically
@@ -17,7 +18,7 @@ from heapscope.render.timeline import collect_timeline, render_html, render_svg,
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``timeline`` subcommand."""
     p = sub.add_parser(
-        "timeline", help="chart memory over time: RSS, heap per dump, top suspects",
+        "timeline", help=summary("timeline"),
         description="Chart a session's memory over time: the RSS of each process "
                     "(rss.csv), the live heap estimated from each dump, and the live bytes of "
                     "the top leak suspects at each dump, as a self-contained HTML page or a "

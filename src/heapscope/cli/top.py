@@ -8,6 +8,7 @@ from typing import Any
 
 from heapscope.analysis.aggregate import Table
 from heapscope.analysis.top import View, build_table
+from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_input_options,
@@ -26,7 +27,7 @@ from heapscope.render.text import render_table
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``top`` subcommand."""
-    p = sub.add_parser("top", help="top allocation sites of heap dumps (like jeprof --text)",
+    p = sub.add_parser("top", help=summary("top"),
                        description="Print the top allocation sites of one or more heap dumps.")
     p.add_argument("dumps", nargs="+", metavar="DUMP",
                    help="jemalloc heap dump (.heap, .heap.gz) or a folder of dumps")

@@ -1,0 +1,42 @@
+"""Start-up: each subcommand loads only what it uses (checked by module, not by clock)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import contextlib, io, sys
+from heapscope.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(sys.argv[1:])
+sys.stderr.write("\\n".join(sys.modules))
+"""
+
+
+def _imported(*argv: str) -> set[str]:
+    """The modules loaded once ``heapscope ARGV`` has run (in a fresh interpreter)."""
+    p = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True,
+                       text=True, timeout=60, check=False)
+    return set(p.stderr.splitlines())
+
+
+def test_version_loads_no_subcommand() -> None:
+    mods = _imported("--version")
+    assert not {m for m in mods if m.startswith(("heapscope.cli.", "heapscope.analysis"))
+                and m not in ("heapscope.cli.main", "heapscope.cli.commands")}
+    assert "numpy" not in mods
+
+
+@pytest.mark.parametrize(("command", "absent"), [
+    ("top", ("heapscope.capture.gdbctl", "prometheus_client", "heapscope.render.flamegraph",
+             "heapscope.cli.attach", "heapscope.cli.agent")),
+    ("env", ("numpy", "heapscope.analysis.leaks", "heapscope.capture.gdbctl")),
+    ("agent", ("prometheus_client", "heapscope.render.flamegraph")),  # until it runs
+])
+def test_a_subcommand_loads_only_its_own(command: str, absent: tuple[str, ...]) -> None:
+    mods = _imported(command, "--help")
+    assert f"heapscope.cli.{command}" in mods
+    assert not [m for m in absent if m in mods]
