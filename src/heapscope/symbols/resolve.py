@@ -16,6 +16,8 @@ import os
 import tempfile
 from bisect import bisect_right
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from heapscope.errors import ToolError
@@ -54,6 +56,21 @@ def symbolize(
             download_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="heapscope-"))
         run = _Run(profile, options, progress, backend or LlvmSymbolizer(), download_dir)
         return run.run()
+
+
+@dataclass
+class _Plan:
+    """One module's symbolization: its cache entry, the file to read DWARF from, the
+    vaddrs not cached yet, and (once run) what the symbolizer answered."""
+
+    mod: Module
+    elf: ElfInfo
+    key: str
+    entry: CacheEntry
+    best: ElfInfo  # the separate debug file when there is one, else the binary
+    dwarf: bool
+    missing: list[int]
+    result: list[list[RawFrame]] | BackendError | ToolError | None = None
 
 
 class _Run:
@@ -119,11 +136,25 @@ class _Run:
         self.diagnostics.extend(locator.diagnostics)
         locations: dict[int, Location] = {}
         self.total = len(modules) + (1 if outside else 0)
-        for path in sorted(modules, key=lambda p: modules[p].mappings[0].start):
+        ordered = sorted(modules, key=lambda p: modules[p].mappings[0].start)
+        plans: list[tuple[Module, dict[int, Location], dict[int, int], _Plan | None]] = []
+        for path in ordered:
             mod = modules[path]
-            self._report(f"symbolizing {mod.name}")
+            self._report(f"locating {mod.name}")
             locator.locate(mod)
-            locations.update(self._module_locations(mod, by_module[path]))
+            out, vaddr_of = self._vaddrs(mod, by_module[path])
+            plan = None
+            if mod.elf is not None and vaddr_of:
+                plan = self._plan(mod, mod.elf, sorted(set(vaddr_of.values())))
+            plans.append((mod, out, vaddr_of, plan))
+        # The symbolizer runs of all modules at once (one process each, on every core).
+        self._lookup_all([p for *_, p in plans if p is not None])
+        for (mod, out, vaddr_of, plan), path in zip(plans, ordered, strict=True):
+            self._report(f"symbolizing {mod.name}")
+            if plan is not None:
+                out.update(self._assemble(by_module[path], vaddr_of, mod.name,
+                                          self._finish(plan)))
+            locations.update(out)
             self.diagnostics.extend(mod.diagnostics)
             self.done += 1
         if outside:
@@ -145,12 +176,12 @@ class _Run:
             return self.code[i]
         return None
 
-    def _module_locations(
-        self, mod: Module, items: list[tuple[int, int, Mapping]]
-    ) -> dict[int, Location]:
+    def _vaddrs(self, mod: Module, items: list[tuple[int, int, Mapping]]
+                ) -> tuple[dict[int, Location], dict[int, int]]:
+        """Locations for the addresses no file vaddr can be found for, and the vaddr of
+        every other address of the module."""
         out: dict[int, Location] = {}
         elf = mod.elf
-        name = mod.name
         vaddr_of: dict[int, int] = {}
         deltas: dict[int, int | None] = {}  # by mapping start (hashing a Mapping is slower)
         for address, lookup, mapping in items:
@@ -162,12 +193,15 @@ class _Run:
                 vaddr = lookup + delta if delta is not None else elf.to_vaddr(mapping, lookup)
             if vaddr is None:
                 file_offset = lookup - mapping.start + mapping.offset
-                out[address] = Location(address, mapping, name, file_offset)
+                out[address] = Location(address, mapping, mod.name, file_offset)
             else:
                 vaddr_of[address] = vaddr
-        if elf is None or not vaddr_of:
-            return out
-        chains = self._resolve(mod, elf, sorted(set(vaddr_of.values())))
+        return out, vaddr_of
+
+    def _assemble(self, items: list[tuple[int, int, Mapping]], vaddr_of: dict[int, int],
+                  name: str, chains: dict[int, Chain]) -> dict[int, Location]:
+        """Locations with their frames for the addresses that have a vaddr."""
+        out: dict[int, Location] = {}
         memo = self._frames_memo
         for address, _lookup, mapping in items:
             if address in vaddr_of:
@@ -179,12 +213,13 @@ class _Run:
                 out[address] = Location(address, mapping, name, vaddr, frames)
         return out
 
-    def _resolve(self, mod: Module, elf: ElfInfo, vaddrs: list[int]) -> dict[int, Chain]:
-        """Raw frames for each vaddr of one module: cache, else DWARF, else symbol table."""
+    def _plan(self, mod: Module, elf: ElfInfo, vaddrs: list[int]) -> _Plan:
+        """What one module needs: cached frames, and the vaddrs still to look up where."""
         key = self.cache.key(elf)
         entry = self.cache.load(key)
         if entry is not None and entry.dwarf and all(v in entry.frames for v in vaddrs):
-            return entry.frames  # warm: no debug-file search, no symtab, no llvm-symbolizer
+            # warm: no debug-file search, no symtab, no llvm-symbolizer
+            return _Plan(mod, elf, key, entry, elf, True, [])
         debug = None
         if not elf.has_debug_info:
             debug = self.finder.find(elf)
@@ -198,34 +233,55 @@ class _Run:
         if entry is None or (dwarf and not entry.dwarf):
             entry = CacheEntry(dwarf)  # a symtab-only entry is stale once DWARF turns up
         missing = [v for v in vaddrs if v not in entry.frames]
-        if missing:
-            self._report(f"symbolizing {mod.name}: {len(missing)} new addresses")
-            table = _LazySymbols(best, elf, mod)
-            raw: list[list[RawFrame]] = [[] for _ in missing]
+        return _Plan(mod, elf, key, entry, best, dwarf, missing)
+
+    def _lookup_all(self, plans: list[_Plan]) -> None:
+        """Run the DWARF lookups of every plan that needs one, concurrently."""
+        todo = [p for p in plans if p.dwarf and p.missing]
+
+        def one(p: _Plan) -> list[list[RawFrame]] | BackendError | ToolError:
+            try:
+                return self.backend.lookup(p.best.path, p.missing)
+            except (BackendError, ToolError) as exc:
+                return exc
+
+        if len(todo) <= 1:
+            results = [one(p) for p in todo]
+        else:
+            workers = min(len(todo), os.cpu_count() or 2)
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(one, todo))
+        for p, r in zip(todo, results, strict=True):
+            p.result = r
+
+    def _finish(self, p: _Plan) -> dict[int, Chain]:
+        """Raw frames for each vaddr of one module: cache, else DWARF, else symbol table."""
+        entry, mod = p.entry, p.mod
+        if p.missing:
+            table = _LazySymbols(p.best, p.elf, mod)
+            raw: list[list[RawFrame]] = [[] for _ in p.missing]
             # Only results as good as the entry claims to be may be cached: never symtab
             # answers in a DWARF entry (backend failure, or the debug file went away).
-            cacheable = dwarf == entry.dwarf
-            if dwarf and self.no_symbolizer:
+            cacheable = p.dwarf == entry.dwarf
+            if isinstance(p.result, BackendError):
+                mod.warn(f"{p.result}; using the symbol table")
                 cacheable = False
-            elif dwarf:
-                try:
-                    raw = self.backend.lookup(best.path, missing)
-                except BackendError as exc:
-                    mod.warn(f"{exc}; using the symbol table")
-                    cacheable = False
-                except ToolError as exc:
-                    # No symbolizer at all: names from symbol tables (functions, no lines)
-                    # are still names; never nothing. Said once for the whole run.
-                    self.no_symbolizer = str(exc)
+            elif isinstance(p.result, ToolError):
+                # No symbolizer at all: names from symbol tables (functions, no lines) are
+                # still names; never nothing. Said once for the whole run.
+                cacheable = False
+                if not self.no_symbolizer:
+                    self.no_symbolizer = str(p.result)
                     self.diagnostics.append(Diagnostic(
                         "llvm-symbolizer", "warning",
-                        f"{exc}. Names come from the ELF symbol tables for now "
+                        f"{p.result}. Names come from the ELF symbol tables for now "
                         "(functions, no file:line, no inlined frames)"))
-                    cacheable = False
-            for vaddr, chain in zip(missing, raw, strict=True):
+            elif p.result is not None:
+                raw = p.result
+            for vaddr, chain in zip(p.missing, raw, strict=True):
                 entry.frames[vaddr] = tuple(_checked(chain, vaddr, table))
             if cacheable:
-                self.cache.store(key, entry)
+                self.cache.store(p.key, entry)
         return entry.frames
 
     def _frames(self, chain: Sequence[RawFrame]) -> tuple[Frame, ...]:
