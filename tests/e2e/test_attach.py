@@ -427,3 +427,39 @@ def test_ptrace_refused_is_explained(tmp_path: Path) -> None:
     finally:
         target.kill()
         target.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def test_sigint_sent_during_an_attach_reaches_the_target(server_bin: Path, libjemalloc: Path,
+                                                         gdb: str, tmp_path: Path) -> None:
+    """A SIGINT someone sends while gdb holds the target (pg_ctl stop -m fast, a Ctrl-C) is
+    not swallowed by the debugger: the target still gets it. Sent at the moment the target
+    is seen in tracing stop."""
+    for _ in range(5):
+        t = Target([str(server_bin), "0", "0", "0"], _env(libjemalloc, CONF))
+        att = subprocess.Popen([*_cli(), "attach", str(t.pid), "status"],
+                               env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while _state(t.pid) != "t" and time.monotonic() < deadline and att.poll() is None:
+            time.sleep(0.0005)
+        assert _state(t.pid) == "t", "the attach never stopped the target"
+        os.kill(t.pid, signal.SIGINT)
+        att.wait(timeout=60)
+        try:
+            # Its SIGINT handler ends it; a lost signal leaves it running (the timeout).
+            # The exit status is not asserted: a SIGINT landing inside the injected call
+            # was also seen to crash the target (SIGSEGV, about 1 in 40, before this fix
+            # too), a separate defect still open.
+            t.proc.wait(timeout=10)
+        finally:
+            if t.proc.poll() is None:
+                t.proc.kill()
+                t.proc.wait()

@@ -11,6 +11,7 @@ detaches); a target found stopped afterwards gets SIGCONT.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -145,8 +146,14 @@ def ensure_running(pid: int, was_stopped: bool) -> bool:
     return True
 
 
-def _stop_gdb(proc: subprocess.Popen[str], grace: float) -> None:
-    """SIGINT (gdb unwinds the inferior call and detaches), then SIGKILL."""
+def _stop_gdb(proc: subprocess.Popen[str], grace: float, mark: str) -> None:
+    """SIGINT (gdb unwinds the inferior call and detaches), then SIGKILL.
+
+    ``mark`` is created first: it tells the script that the SIGINT the target is about to
+    stop with is gdb's own interruption, not one sent to the target by someone else (which
+    the script hands back to the target after detaching)."""
+    with contextlib.suppress(OSError):
+        open(mark, "w").close()
     try:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=grace)
@@ -202,9 +209,10 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
             except OSError as e:
                 raise ToolError(f"cannot run gdb: {e.strerror or e}") from None
             try:
-                out, timed_out, walls = _collect(proc, pids, docs, timeout)
+                out, timed_out, walls = _collect(proc, pids, docs, timeout,
+                                                 os.path.join(tmp, "interrupting"))
             except BaseException:
-                _stop_gdb(proc, grace=10.0)
+                _stop_gdb(proc, grace=10.0, mark=os.path.join(tmp, "interrupting"))
                 for pid in pids:
                     ensure_running(pid, was_stopped[pid])
                 raise
@@ -232,7 +240,7 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
 
 
 def _collect(proc: subprocess.Popen[str], pids: list[int], docs: dict[int, dict[str, Any]],
-             timeout: float) -> tuple[str, int | None, dict[int, float]]:
+             timeout: float, mark: str) -> tuple[str, int | None, dict[int, float]]:
     """Read gdb's output, a result line per process, into ``docs``; stop gdb when one
     process takes longer than ``timeout``. Returns (the other output, the pid gdb was
     stopped on or None, each process's wall time)."""
@@ -267,7 +275,7 @@ def _collect(proc: subprocess.Popen[str], pids: list[int], docs: dict[int, dict[
         try:
             line = lines.get(timeout=max(0.0, last + timeout - time.monotonic()))
         except queue.Empty:
-            _stop_gdb(proc, grace=10.0)
+            _stop_gdb(proc, grace=10.0, mark=mark)
             stuck = next((pid for pid in pids if pid not in docs), None)
             # The interrupted process's line, if gdb wrote one while unwinding.
             try:

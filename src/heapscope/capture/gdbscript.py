@@ -302,11 +302,38 @@ def load_all_solibs():
         _all_solibs = True
 
 
+# gdb stops the target on a SIGINT and does not pass it on (its default, kept: gdb's own
+# interruption of a call that overran its time is a SIGINT too). One that someone else sent
+# while we were attached (pg_ctl stop -m fast, a Ctrl-C) would be lost: it is noted here and
+# sent again once we have detached. The caller creates INTERRUPT_MARK before interrupting
+# gdb, so its own interruption is never sent on.
+INTERRUPT_MARK = os.path.join(os.path.dirname(os.environ["HEAPSCOPE_GDB_PARAMS"]),
+                              "interrupting")
+_sigint_seen = False
+
+
+def _on_stop(event):
+    global _sigint_seen
+    if (isinstance(event, gdb.SignalEvent) and event.stop_signal == "SIGINT"
+            and not os.path.exists(INTERRUPT_MARK)):
+        _sigint_seen = True
+
+
+gdb.events.stop.connect(_on_stop)
+
+
 def detach():
+    global _sigint_seen
     try:
         run("detach")
     except gdb.error:
         pass
+    if _sigint_seen:
+        _sigint_seen = False
+        try:
+            os.kill(PID, 2)  # SIGINT, handed back to the target it was meant for
+        except OSError:
+            pass
 
 
 def main():
