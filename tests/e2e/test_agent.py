@@ -184,82 +184,19 @@ def test_shipped_alert_rules() -> None:
     assert test.returncode == 0, test.stdout + test.stderr
 
 
-class FakePyroscope:
-    """A local server speaking Pyroscope's HTTP ingest (``POST /ingest?name=APP{k=v,…}&from=
-    &until=&format=pprof``, body the pprof profile): answers 503 to the first ``fail``
-    requests, then 200, and keeps what it accepted."""
-
-    def __init__(self, fail: int = 0) -> None:
-        import http.server
-        import threading
-
-        self.fail = fail
-        self.requests = 0
-        self.accepted: list[tuple[dict[str, str], bytes]] = []
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                url = urllib.parse.urlsplit(self.path)
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                fake.requests += 1
-                if url.path != "/ingest":
-                    self.send_response(404)
-                elif fake.requests <= fake.fail:
-                    self.send_response(503)
-                else:
-                    query = dict(urllib.parse.parse_qsl(url.query))
-                    fake.accepted.append((query, body))
-                    self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
-class FakeParca:
-    """A local server speaking Parca's ``WriteRaw`` in its HTTP/JSON form
-    (``POST /profiles/writeraw``, proto JSON of ``WriteRawRequest``): it refuses what Parca
-    refuses (no ``__name__`` label, label names Prometheus would not take, a sample without
-    a raw profile) and keeps the raw profiles it accepts."""
-
-    LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+class _LocalPost:
+    """A local HTTP server on 127.0.0.1 that answers each POST with :meth:`answer`."""
 
     def __init__(self) -> None:
-        import base64
         import http.server
         import threading
 
-        self.accepted: list[tuple[dict[str, str], bytes]] = []
-        self.refused: list[str] = []
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                why = ""
-                try:
-                    req = json.loads(body)
-                    assert self.path == "/profiles/writeraw", self.path
-                    for series in req["series"]:
-                        labels = {x["name"]: x["value"] for x in series["labels"]["labels"]}
-                        assert "__name__" in labels, "missing __name__"
-                        assert all(fake.LABEL.match(k) for k in labels), labels
-                        for sample in series["samples"]:
-                            raw = sample.get("rawProfile", sample.get("raw_profile"))
-                            fake.accepted.append((labels, base64.b64decode(raw)))
-                except (AssertionError, KeyError, TypeError, ValueError) as e:
-                    why = str(e)
-                self.send_response(400 if why else 200)
-                if why:
-                    fake.refused.append(why)
+                self.send_response(fake.answer(self.path, body))
                 self.end_headers()
                 self.wfile.write(b"{}")
 
@@ -270,8 +207,65 @@ class FakeParca:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def answer(self, path: str, body: bytes) -> int:
+        raise NotImplementedError
+
     def close(self) -> None:
         self.server.shutdown()
+
+
+class FakePyroscope(_LocalPost):
+    """Pyroscope's HTTP ingest (``POST /ingest?name=APP{k=v,…}&from=&until=&format=pprof``,
+    body the pprof profile): answers 503 to the first ``fail`` requests, then 200, and keeps
+    what it accepted."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.fail = fail
+        self.requests = 0
+        self.accepted: list[tuple[dict[str, str], bytes]] = []
+        super().__init__()
+
+    def answer(self, path: str, body: bytes) -> int:
+        url = urllib.parse.urlsplit(path)
+        self.requests += 1
+        if url.path != "/ingest":
+            return 404
+        if self.requests <= self.fail:
+            return 503
+        self.accepted.append((dict(urllib.parse.parse_qsl(url.query)), body))
+        return 200
+
+
+class FakeParca(_LocalPost):
+    """Parca's ``WriteRaw`` in its HTTP/JSON form (``POST /profiles/writeraw``, proto JSON
+    of ``WriteRawRequest``): it refuses what Parca refuses (no ``__name__`` label, label
+    names Prometheus would not take, a sample without a raw profile) and keeps the raw
+    profiles it accepts."""
+
+    LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    def __init__(self) -> None:
+        self.accepted: list[tuple[dict[str, str], bytes]] = []
+        self.refused: list[str] = []
+        super().__init__()
+
+    def answer(self, path: str, body: bytes) -> int:
+        import base64
+
+        try:
+            req = json.loads(body)
+            assert path == "/profiles/writeraw", path
+            for series in req["series"]:
+                labels = {x["name"]: x["value"] for x in series["labels"]["labels"]}
+                assert "__name__" in labels, "missing __name__"
+                assert all(self.LABEL.match(k) for k in labels), labels
+                for sample in series["samples"]:
+                    raw = sample.get("rawProfile", sample.get("raw_profile"))
+                    self.accepted.append((labels, base64.b64decode(raw)))
+        except (AssertionError, KeyError, TypeError, ValueError) as e:
+            self.refused.append(str(e))
+            return 400
+        return 200
 
 
 def _raw_ids(text: str, section: str) -> list[int]:

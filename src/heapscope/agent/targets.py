@@ -13,6 +13,8 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from heapscope.capture.procevents import read_image
+
 
 @dataclass(frozen=True)
 class Target:
@@ -51,12 +53,7 @@ def start_time(pid: int) -> int | None:
 
 def cmdline(pid: int) -> tuple[str, ...]:
     """A process's arguments (empty for kernel threads and vanished processes)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return ()
-    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
+    return tuple(read_image(pid)[1])
 
 
 def _service_name(cmd: tuple[str, ...], pid: int) -> str:

@@ -25,6 +25,7 @@ from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
 from heapscope.capture import session as sess
 from heapscope.capture.gdbctl import NOPROF_HINT, Op, call_each
+from heapscope.capture.procs import proc_stat
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
 
@@ -66,14 +67,8 @@ class AgentOptions:
 
 def rss_bytes(pid: int) -> int:
     """A process's resident set size (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    st = proc_stat(pid)
+    return st[1] if st is not None else 0
 
 
 def pprof_of(path: str, symbols: SymbolOptions) -> bytes:

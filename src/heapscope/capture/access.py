@@ -33,10 +33,11 @@ class DumpOwner:
 def caller() -> DumpOwner:
     """The user heapscope runs as."""
     uid, gid = os.geteuid(), os.getegid()
-    return DumpOwner(uid, gid, _name(uid))
+    return DumpOwner(uid, gid, user_name(uid))
 
 
-def _name(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """A user's name (its number when it has none)."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

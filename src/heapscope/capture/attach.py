@@ -10,7 +10,6 @@ opens it: ``manifest.json`` names the process and its jemalloc, ``dumps/`` holds
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from heapscope.analysis.leaks import LeakReport, find_leaks
 from heapscope.analysis.ownership import exe_aliases, facts_from_manifest
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.capture import session as sess
-from heapscope.capture.access import DumpOwner
+from heapscope.capture.access import DumpOwner, user_name
 from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
 from heapscope.capture.procevents import read_image
 from heapscope.errors import UsageError
@@ -196,11 +195,7 @@ def target_owner(pid: int) -> DumpOwner | None:
     ids = _ids(pid)
     if ids is None:
         return None
-    try:
-        name = pwd.getpwuid(ids[0]).pw_name
-    except KeyError:
-        name = str(ids[0])
-    return DumpOwner(ids[0], ids[1], name)
+    return DumpOwner(ids[0], ids[1], user_name(ids[0]))
 
 
 def process_info(pid: int) -> dict[str, Any]:

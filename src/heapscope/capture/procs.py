@@ -32,7 +32,7 @@ class ProcInfo:
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
+def proc_stat(pid: int) -> tuple[int, int] | None:
     """(ppid, rss bytes) of a live process, from /proc/PID/stat."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -121,7 +121,7 @@ class TreeWatcher:
         stats: dict[int, tuple[int, int]] = {}
         for name in os.listdir("/proc"):
             if name.isdigit():
-                st = _stat(int(name))
+                st = proc_stat(int(name))
                 if st is not None:
                     stats[int(name)] = st
         # Known processes stay members even when re-parented (daemons, orphans).
