@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(python3 python3-venv python3-pip gcc g++ libc6-dev libjemalloc2 libjemalloc-dev
+packages=(python3 python3-venv python3-pip python3-dev gcc g++ libc6-dev libjemalloc2 libjemalloc-dev
           llvm binutils elfutils perl graphviz gdb)
 if [[ "${1:-}" == "--dev" ]]; then
     packages+=(libc6-dbg util-linux postgresql-15 postgresql-server-dev-15 golang-go chromium

@@ -208,6 +208,10 @@ class Profile:
     @cached_property
     def _address_sets(self) -> tuple[frozenset[int], frozenset[int]]:
         # Several passes ask for these; computing them once matters on 300k-stack dumps.
+        from heapscope.native import core
+
+        if core is not None:
+            return core.address_sets(self.samples)
         leaves = {s.stack[0] for s in self.samples if s.stack}
         callers: set[int] = set()
         for s in self.samples:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from heapscope.model import Frame, Location
 
@@ -150,6 +151,7 @@ def _rust_impl_crates(name: str) -> set[str]:
     return crates
 
 
+@lru_cache(maxsize=1 << 16)  # a program's addresses share names and files
 def name_class(name: str) -> str | None:
     """The class a function's name alone proves (C++ and Rust standard libraries), or None."""
     if not name:
@@ -166,6 +168,7 @@ def name_class(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1 << 16)  # a program's addresses share names and files
 def file_class(path: str) -> str | None:
     """The class a frame's source file proves (a toolchain header, the Rust library, a
     cargo registry), or None."""
@@ -178,11 +181,13 @@ def file_class(path: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1 << 16)  # a program's addresses share names and files
 def is_wrapper_name(name: str) -> bool:
     """True for a well-known allocation wrapper's name (xmalloc, g_malloc, zmalloc…)."""
     return _WRAPPER_NAMES.match(name) is not None
 
 
+@lru_cache(maxsize=1 << 16)  # a program's addresses share names and files
 def is_jni_entry(name: str) -> bool:
     """True for a JNI function (``Java_<class>_<method>``): native code a Java method called."""
     return _JNI_ENTRY.match(name) is not None

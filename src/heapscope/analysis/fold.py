@@ -37,6 +37,7 @@ from heapscope.analysis.classify import (
 from heapscope.analysis.ownership import PROCESS_MODULE, main_image
 from heapscope.errors import UsageError
 from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
+from heapscope.native import core
 from heapscope.symbols.elf import search_path
 
 SITE = "site"
@@ -279,14 +280,23 @@ class _Folder:
         self.find_wrappers()
         trims: dict[int, int] = {}
         samples = []
-        for s in self.profile.samples:
+        if core is not None:
+            # The compiled loop picks each stack's site, asking for an address's candidates
+            # (classified once) only when its search reaches it.
+            codes = core.sites(self.profile.samples, self.candidates, self._candidates)
+        else:
+            codes = None
+        for n, s in enumerate(self.profile.samples):
             st = s.stack
+            if codes is not None and codes[n] == 0:
+                samples.append(s)  # the site is the leaf's innermost frame: nothing to cut
+                continue
             got = memo.get(st)
             if got is None:
                 if not st:
                     got = (st, 0, ())
                 else:
-                    i, k = self._site(st)
+                    i, k = divmod(codes[n], 1 << 16) if codes is not None else self._site(st)
                     got = (st[i:], k, self._via(st, i, k) if (i or k) else ())
                 memo[st] = got
             cut, k, via = got

@@ -21,6 +21,7 @@ import re
 from types import MappingProxyType
 
 from heapscope.model import Frame, Location, Profile, Sample
+from heapscope.native import core
 
 _EXACT = frozenset(
     """
@@ -113,21 +114,20 @@ def _trim_frames(loc: Location) -> Location:
     return Location(loc.address, loc.mapping, loc.module, loc.offset, trimmed)
 
 
-def prune(profile: Profile,
-          memo: dict[tuple[int, ...], tuple[int, ...]] | None = None) -> Profile:
-    """Return a profile whose stacks start at the first non-allocator frame.
+# What prune's loop does at an address of a stack's leaf end: cut it, look further, stop.
+ALLOCATOR, UNNAMED, OTHER = 1, 2, 0
 
-    ``memo`` maps raw stacks to pruned ones and may be shared by profiles that have the same
-    locations (the dumps of one process), so that each stack is pruned once.
-    """
+
+def _cut(profile: Profile, memo: dict[tuple[int, ...], tuple[int, ...]]
+         ) -> tuple[list[Sample], set[int]]:
+    """Every stack without its leading allocator frames, and the new leaf addresses (the
+    reference for the compiled loop ``cut_leading``)."""
     verdict: dict[int, bool] = {}
     unnamed: dict[int, bool] = {}
     location = profile.location
-    locations = dict(profile.locations)
     leaves: set[int] = set()
     samples: list[Sample] = []
     append = samples.append
-    memo = {} if memo is None else memo
     for s in profile.samples:
         stack = s.stack
         pruned = memo.get(stack)
@@ -146,10 +146,32 @@ def prune(profile: Profile,
                     break
             pruned = memo[stack] = stack[cut:] if cut else stack
         if pruned is not stack:
-            s = Sample(pruned, s.values, s.threads)
+            s = Sample(pruned, s.values, s.threads, s.via)
         if pruned:
             leaves.add(pruned[0])
         append(s)
+    return samples, leaves
+
+
+def prune(profile: Profile,
+          memo: dict[tuple[int, ...], tuple[int, ...]] | None = None) -> Profile:
+    """Return a profile whose stacks start at the first non-allocator frame.
+
+    ``memo`` maps raw stacks to pruned ones and may be shared by profiles that have the same
+    locations (the dumps of one process), so that each stack is pruned once.
+    """
+    if core is not None:
+        # What each address is, once; then the compiled loop cuts every stack.
+        codes: dict[int, int] = {}
+        for a in profile.addresses():
+            loc = profile.location(a)
+            codes[a] = ALLOCATOR if is_allocator_location(loc) else \
+                UNNAMED if not loc.frames else OTHER
+        cut_samples, leaves = core.cut_leading(profile.samples, codes, memo, Sample)
+        samples = cut_samples
+    else:
+        samples, leaves = _cut(profile, {} if memo is None else memo)
+    locations = dict(profile.locations)
     for a in leaves:
         known = locations.get(a)
         if known is not None and len(known.frames) > 1:

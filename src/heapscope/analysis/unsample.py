@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from heapscope.model import Profile, Sample, Thread, ThreadValues
+from heapscope.native import core
 
 
 def scale_pair_v2(count: float, size: float, period: int) -> tuple[float, float]:
@@ -64,13 +65,15 @@ def unsample(profile: Profile) -> Profile:
             out = memo[values] = scale_values(values, mode, period)
         return out
 
-    samples = tuple(
+    fast = core.with_values(profile.samples, scaled, Sample) if core is not None else None
+    samples = tuple(fast) if fast is not None else tuple(
         Sample(
             s.stack,
             scaled(s.values),
             tuple(ThreadValues(t.thread, scaled(t.values)) for t in s.threads)
             if s.threads
             else (),
+            s.via,
         )
         for s in profile.samples
     )

@@ -27,7 +27,11 @@ def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="heapscope",
         description="Find memory leaks in native processes with jemalloc's heap profiler.",
     )
-    p.add_argument("--version", action="version", version=f"heapscope {__version__}")
+    from heapscope.native import core
+
+    loops = "compiled" if core is not None else "pure Python"
+    p.add_argument("--version", action="version", version=f"heapscope {__version__} ({loops} "
+                                                          "loops)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     chosen = None if argv is None else _chosen(argv)

@@ -15,6 +15,7 @@ import re
 from heapscope.errors import InputError
 from heapscope.formats.maps import parse_maps
 from heapscope.model import Profile, Sample, Thread, ThreadValues
+from heapscope.native import core
 
 # Numbers have at most 19 digits (they are 64-bit counters): longer ones are damage, and
 # would make Python's int() refuse (4,300 digits) or turn into inf.
@@ -96,6 +97,10 @@ def parse_heap_v2_text(path: str, text: str, *, threads: bool = False,
     error with its line number.
     """
     shared = cache if cache is not None else ParseCache()
+    if not threads and core is not None:
+        fast = _compiled(path, text, shared)
+        if fast is not None:
+            return fast
     if not threads and cache is not None:
         # Only a series (a shared cache) gains from the bulk path: its stacks recur. For one
         # dump the line parser is as fast and holds less memory.
@@ -105,13 +110,39 @@ def parse_heap_v2_text(path: str, text: str, *, threads: bool = False,
     return parse_heap_v2(path, text.splitlines(), threads=threads, cache=shared)
 
 
-def _bulk(path: str, text: str, shared: ParseCache) -> Profile | None:
+def _sections(text: str) -> tuple[int, int] | None:
+    """Where the stack records start (the first ``@``) and the memory map begins."""
     maps_at = text.find("\nMAPPED_LIBRARIES:")
     if maps_at < 0:
         maps_at = text.find("\n--- Memory map:")
     first = text.find("\n@")
     if maps_at < 0 or first < 0 or first > maps_at:
         return None
+    return first, maps_at
+
+
+def _compiled(path: str, text: str, shared: ParseCache) -> Profile | None:
+    """The records read by the compiled loop (None: unusual text, left to the line parser);
+    the header and the memory map as the line parser reads them."""
+    assert core is not None
+    found = _sections(text)
+    if found is None:
+        return None
+    first, maps_at = found
+    samples = core.parse_records(text, first + 1, maps_at + 1, Sample)
+    if samples is None:
+        return None
+    head = parse_heap_v2(path, [*text[:first + 1].splitlines(), "MAPPED_LIBRARIES:"],
+                         cache=shared)
+    return head.with_(samples=tuple(samples),
+                      mappings=parse_maps(text[maps_at + 1:].splitlines()))
+
+
+def _bulk(path: str, text: str, shared: ParseCache) -> Profile | None:
+    found = _sections(text)
+    if found is None:
+        return None
+    first, maps_at = found
     body = text[first + 2: maps_at]
     if "<jemalloc>" in body or "\r" in body:
         return None

@@ -1,0 +1,747 @@
+/* heapscope._native: the per-stack loops of reading and reducing a heap dump, in C.
+ *
+ * A 20 MB dump holds about 65,000 stacks of 20 return addresses; every pass over it in
+ * Python costs a dictionary lookup per frame per stack. These functions do exactly what
+ * the Python code next to them does (heapscope.formats.jemalloc, heapscope.analysis.prune,
+ * .fold, .aggregate, .unsample, heapscope.model), on the same objects, and the Python code
+ * stays the reference: tests run both on the same inputs and compare. A function that
+ * meets anything unusual returns None and the caller takes the Python path, which also
+ * gives the precise error for damaged input.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The loops below make tens of thousands of tuples and no cycles; the cyclic collector
+   would otherwise run every 700 of them, each time walking all the dump's objects. */
+#define PAUSE_GC int gc_was_on = PyGC_Disable()
+#define RESUME_GC if (gc_was_on) PyGC_Enable()
+
+/* ---- a small open-addressing table: 64-bit key (or four of them) -> owned object ---- */
+
+typedef struct {
+    uint64_t k[4];
+    PyObject *v; /* NULL: empty slot */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;
+    size_t used;
+} Table;
+
+static int table_init(Table *t, size_t hint) {
+    size_t n = 1024;
+    while (n < hint * 2) n <<= 1;
+    t->slots = PyMem_Calloc(n, sizeof(Slot));
+    if (t->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->mask = n - 1;
+    t->used = 0;
+    return 0;
+}
+
+static void table_free(Table *t) {
+    if (t->slots == NULL) return;
+    for (size_t i = 0; i <= t->mask; i++) Py_XDECREF(t->slots[i].v);
+    PyMem_Free(t->slots);
+    t->slots = NULL;
+}
+
+static inline size_t hash4(const uint64_t *k, int n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < n; i++) {
+        h ^= k[i];
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+    }
+    return (size_t)h;
+}
+
+static int table_grow(Table *t, int n);
+
+/* The slot for key k (n words): either holding it or empty (then fill ->v and ->k). */
+static Slot *table_find(Table *t, const uint64_t *k, int n) {
+    size_t i = hash4(k, n) & t->mask;
+    for (;;) {
+        Slot *s = &t->slots[i];
+        if (s->v == NULL) return s;
+        if (memcmp(s->k, k, (size_t)n * sizeof(uint64_t)) == 0) return s;
+        i = (i + 1) & t->mask;
+    }
+}
+
+/* Store v (a new reference, stolen) for k in the empty slot s; grows when 1/2 full. */
+static int table_put(Table *t, Slot *s, const uint64_t *k, int n, PyObject *v) {
+    memcpy(s->k, k, (size_t)n * sizeof(uint64_t));
+    s->v = v;
+    if (++t->used * 2 > t->mask) return table_grow(t, n);
+    return 0;
+}
+
+static int table_grow(Table *t, int n) {
+    Table bigger;
+    if (table_init(&bigger, (t->mask + 1)) < 0) return -1;
+    for (size_t i = 0; i <= t->mask; i++) {
+        Slot *s = &t->slots[i];
+        if (s->v == NULL) continue;
+        Slot *d = table_find(&bigger, s->k, n);
+        memcpy(d->k, s->k, sizeof(s->k));
+        d->v = s->v;
+        bigger.used++;
+    }
+    PyMem_Free(t->slots);
+    *t = bigger;
+    return 0;
+}
+
+/* ---- Sample construction: a NamedTuple subclass of tuple with four fields ---- */
+
+static PyObject *new_sample(PyTypeObject *cls, PyObject *stack, PyObject *values,
+                            PyObject *threads, PyObject *via) {
+    PyObject *o = cls->tp_alloc(cls, 4);
+    if (o == NULL) return NULL;
+    Py_INCREF(stack);
+    Py_INCREF(values);
+    Py_INCREF(threads);
+    Py_INCREF(via);
+    PyTuple_SET_ITEM(o, 0, stack);
+    PyTuple_SET_ITEM(o, 1, values);
+    PyTuple_SET_ITEM(o, 2, threads);
+    PyTuple_SET_ITEM(o, 3, via);
+    return o;
+}
+
+static int check_sample_type(PyObject *cls) {
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) ||
+        ((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "sample type must be a tuple subclass without slots");
+        return -1;
+    }
+    return 0;
+}
+
+/* A sample's fields, checked: a tuple of four with a tuple stack. */
+static int sample_fields(PyObject *s, PyObject **stack, PyObject **values, PyObject **threads,
+                         PyObject **via) {
+    if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 4) {
+        PyErr_SetString(PyExc_TypeError, "samples must be 4-tuples");
+        return -1;
+    }
+    *stack = PyTuple_GET_ITEM(s, 0);
+    *values = PyTuple_GET_ITEM(s, 1);
+    *threads = PyTuple_GET_ITEM(s, 2);
+    *via = PyTuple_GET_ITEM(s, 3);
+    if (!PyTuple_Check(*stack) || !PyTuple_Check(*values)) {
+        PyErr_SetString(PyExc_TypeError, "a sample's stack and values must be tuples");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- parse_records: the stack records of a heap_v2 dump ---- */
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Cursor;
+
+static inline int is_blank(unsigned char c) { return c == ' ' || c == '\t'; }
+
+/* Up to 19 decimal digits (64-bit counters; longer numbers are damage). */
+static inline int read_decimal(Cursor *c, uint64_t *out) {
+    const unsigned char *p = c->p;
+    uint64_t v = 0;
+    int n = 0;
+    while (p < c->end && *p >= '0' && *p <= '9') {
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+        if (++n > 19) return -1;
+    }
+    if (n == 0) return -1;
+    c->p = p;
+    *out = v;
+    return 0;
+}
+
+static inline void skip_blanks(Cursor *c) {
+    while (c->p < c->end && is_blank(*c->p)) c->p++;
+}
+
+static inline int expect(Cursor *c, unsigned char ch) {
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 0;
+    }
+    return -1;
+}
+
+/* "t*: N: N [N: N]" after the leading blanks, up to the end of the line (exclusive). */
+static int read_counts(Cursor *c, uint64_t out[4]) {
+    if (expect(c, 't') || expect(c, '*') || expect(c, ':')) return -1;
+    skip_blanks(c);
+    if (read_decimal(c, &out[0]) || expect(c, ':')) return -1;
+    skip_blanks(c);
+    if (read_decimal(c, &out[1])) return -1;
+    skip_blanks(c);
+    if (expect(c, '[')) return -1;
+    skip_blanks(c);
+    if (read_decimal(c, &out[2]) || expect(c, ':')) return -1;
+    skip_blanks(c);
+    if (read_decimal(c, &out[3])) return -1;
+    skip_blanks(c);
+    if (expect(c, ']')) return -1;
+    skip_blanks(c);
+    return c->p == c->end ? 0 : -1;
+}
+
+/* Hex digit values, 0xff for anything else: a table, since branches on each character of
+   20 MB of addresses cost more than the rest of the parse. */
+static unsigned char hex_value[256];
+
+static void init_hex(void) {
+    memset(hex_value, 0xff, sizeof(hex_value));
+    for (int i = 0; i < 10; i++) hex_value['0' + i] = (unsigned char)i;
+    for (int i = 0; i < 6; i++) {
+        hex_value['a' + i] = (unsigned char)(10 + i);
+        hex_value['A' + i] = (unsigned char)(10 + i);
+    }
+}
+
+static PyObject *parse_records_impl(PyObject *self, PyObject *args) {
+    PyObject *text, *cls;
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "UnnO", &text, &start, &stop, &cls)) return NULL;
+    if (check_sample_type(cls) < 0) return NULL;
+    if (PyUnicode_READY(text) < 0) return NULL;
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) Py_RETURN_NONE;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    if (start < 0 || stop > len || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "bad range");
+        return NULL;
+    }
+    const unsigned char *base = PyUnicode_1BYTE_DATA(text);
+    const unsigned char *p = base + start, *end = base + stop;
+
+    PyObject *empty = PyTuple_New(0);
+    PyObject *out = PyList_New(0);
+    Table addrs = {0}, counts = {0};
+    uint64_t *frames = NULL;
+    size_t cap = 256;
+    if (empty == NULL || out == NULL || table_init(&addrs, 8192) < 0 ||
+        table_init(&counts, 4096) < 0)
+        goto fail;
+    frames = PyMem_Malloc(cap * sizeof(uint64_t));
+    if (frames == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+
+    while (p < end) {
+        const unsigned char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL) eol = end;
+        if (p == eol) { /* blank line */
+            p = eol + 1;
+            continue;
+        }
+        if (*p != '@') goto unusual; /* stray text: the line parser knows what to do */
+        /* The stack line: "@ 0x… 0x…", leaf first. */
+        size_t n = 0;
+        const unsigned char *q = p + 1;
+        for (;;) {
+            while (q < eol && *q == ' ') q++;
+            if (q == eol) break;
+            if (q + 1 < eol && q[0] == '0' && (q[1] == 'x' || q[1] == 'X')) q += 2;
+            uint64_t v = 0;
+            const unsigned char *digits = q;
+            unsigned char d;
+            while (q < eol && (d = hex_value[*q]) != 0xff) {
+                v = (v << 4) | d;
+                q++;
+            }
+            if (q == digits || q - digits > 16 || (q < eol && *q != ' ')) goto unusual;
+            if (n == cap) {
+                cap *= 2;
+                uint64_t *bigger = PyMem_Realloc(frames, cap * sizeof(uint64_t));
+                if (bigger == NULL) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                frames = bigger;
+            }
+            frames[n++] = v;
+        }
+        /* Count lines: the first "t*" one is the stack's; per-thread and other lines are
+           skipped as the line parser skips them when threads are not asked for. */
+        PyObject *values = NULL;
+        p = eol < end ? eol + 1 : end;
+        while (p < end && (*p == ' ' || *p == '\t' || *p == 't' || *p == '\n')) {
+            const unsigned char *e = memchr(p, '\n', (size_t)(end - p));
+            if (e == NULL) e = end;
+            Cursor c = {p, e};
+            skip_blanks(&c);
+            if (c.p + 1 < e && c.p[0] == 't' && c.p[1] == '*') {
+                uint64_t v[4];
+                if (values != NULL || read_counts(&c, v) < 0) goto unusual;
+                Slot *s = table_find(&counts, v, 4);
+                if (s->v == NULL) {
+                    PyObject *tup = Py_BuildValue("(dddd)", (double)v[0], (double)v[1],
+                                                  (double)v[2], (double)v[3]);
+                    if (tup == NULL || table_put(&counts, s, v, 4, tup) < 0) goto fail;
+                    s = table_find(&counts, v, 4);
+                }
+                values = s->v;
+            } else {
+                /* A skipped line (per-thread counts, an extension's record, blanks): any
+                   other control character or non-ASCII byte may be a line break to the
+                   line parser, so leave such text to it. */
+                for (const unsigned char *x = c.p; x < e; x++)
+                    if ((*x < 0x20 && *x != '\t') || *x >= 0x7f) goto unusual;
+            }
+            p = e < end ? e + 1 : end;
+        }
+        if (values == NULL) goto unusual; /* truncated record: the line parser says so */
+        PyObject *stack = PyTuple_New((Py_ssize_t)n);
+        if (stack == NULL) goto fail;
+        for (size_t i = 0; i < n; i++) {
+            Slot *s = table_find(&addrs, &frames[i], 1);
+            if (s->v == NULL) {
+                PyObject *num = PyLong_FromUnsignedLongLong(frames[i]);
+                if (num == NULL || table_put(&addrs, s, &frames[i], 1, num) < 0) {
+                    Py_XDECREF(num);
+                    Py_DECREF(stack);
+                    goto fail;
+                }
+                s = table_find(&addrs, &frames[i], 1);
+            }
+            Py_INCREF(s->v);
+            PyTuple_SET_ITEM(stack, (Py_ssize_t)i, s->v);
+        }
+        PyObject *sample = new_sample((PyTypeObject *)cls, stack, values, empty, empty);
+        Py_DECREF(stack);
+        if (sample == NULL || PyList_Append(out, sample) < 0) {
+            Py_XDECREF(sample);
+            goto fail;
+        }
+        Py_DECREF(sample);
+    }
+    PyMem_Free(frames);
+    table_free(&addrs);
+    table_free(&counts);
+    Py_DECREF(empty);
+    return out;
+
+unusual:
+    PyMem_Free(frames);
+    table_free(&addrs);
+    table_free(&counts);
+    Py_DECREF(empty);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+
+fail:
+    PyMem_Free(frames);
+    table_free(&addrs);
+    table_free(&counts);
+    Py_XDECREF(empty);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* ---- address_sets: every address of any stack, and those in a non-leaf position ---- */
+
+static PyObject *address_sets_impl(PyObject *self, PyObject *samples) {
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    PyObject *all = PySet_New(NULL), *callers = PySet_New(NULL);
+    if (all == NULL || callers == NULL) goto fail;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        Py_ssize_t n = PyTuple_GET_SIZE(stack);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (PySet_Add(j ? callers : all, PyTuple_GET_ITEM(stack, j)) < 0) goto fail;
+        }
+    }
+    if (_PySet_Update(all, callers) < 0) goto fail;
+    PyObject *fa = PyFrozenSet_New(all), *fc = PyFrozenSet_New(callers);
+    Py_DECREF(all);
+    Py_DECREF(callers);
+    Py_DECREF(seq);
+    if (fa == NULL || fc == NULL) {
+        Py_XDECREF(fa);
+        Py_XDECREF(fc);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", fa, fc);
+fail:
+    Py_XDECREF(all);
+    Py_XDECREF(callers);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- with_values: each sample with its values mapped through fn (memoised) ---- */
+
+static PyObject *with_values_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *fn, *cls;
+    if (!PyArg_ParseTuple(args, "OOO", &samples, &fn, &cls)) return NULL;
+    if (check_sample_type(cls) < 0) return NULL;
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(ns);
+    /* Keyed by the identity of the values tuple: a parse shares equal ones. */
+    Table memo = {0};
+    if (out == NULL || table_init(&memo, 4096) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        if (!PyTuple_Check(threads) || PyTuple_GET_SIZE(threads) != 0) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            table_free(&memo);
+            Py_RETURN_NONE; /* per-thread values: the Python pass maps those too */
+        }
+        uint64_t k = (uint64_t)(uintptr_t)values;
+        Slot *s = table_find(&memo, &k, 1);
+        if (s->v == NULL) {
+            PyObject *mapped = PyObject_CallOneArg(fn, values);
+            if (mapped == NULL) goto fail;
+            if (!PyTuple_Check(mapped)) {
+                Py_DECREF(mapped);
+                PyErr_SetString(PyExc_TypeError, "fn must return a tuple");
+                goto fail;
+            }
+            /* The memo holds the key tuple alive too, so its address is not reused. */
+            PyObject *pair = PyTuple_Pack(2, values, mapped);
+            Py_DECREF(mapped);
+            if (pair == NULL || table_put(&memo, s, &k, 1, pair) < 0) goto fail;
+            s = table_find(&memo, &k, 1);
+        }
+        PyObject *sample = new_sample((PyTypeObject *)cls, stack, PyTuple_GET_ITEM(s->v, 1),
+                                      threads, via);
+        if (sample == NULL) goto fail;
+        PyList_SET_ITEM(out, i, sample);
+    }
+    table_free(&memo);
+    Py_DECREF(seq);
+    return out;
+fail:
+    table_free(&memo);
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- cut_leading: prune's cut of the allocator's frames at the leaf end ---- */
+
+/* codes: address -> 1 allocator frame (cut), 2 unnamed frame (look further), else stop.
+   The outermost frame is always kept. memo (a dict or None) maps raw stacks to cut ones,
+   shared by the dumps of one process. Returns (samples, leaves). */
+static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *codes, *memo, *cls;
+    if (!PyArg_ParseTuple(args, "OO!OO", &samples, &PyDict_Type, &codes, &memo, &cls))
+        return NULL;
+    if (check_sample_type(cls) < 0) return NULL;
+    if (memo != Py_None && !PyDict_Check(memo)) {
+        PyErr_SetString(PyExc_TypeError, "memo must be a dict or None");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(ns), *leaves = PySet_New(NULL);
+    if (out == NULL || leaves == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        PyObject *pruned = NULL; /* new reference */
+        if (memo != Py_None) {
+            pruned = PyDict_GetItemWithError(memo, stack);
+            if (pruned == NULL && PyErr_Occurred()) goto fail;
+            Py_XINCREF(pruned);
+        }
+        if (pruned == NULL) {
+            Py_ssize_t n = PyTuple_GET_SIZE(stack), cut = 0;
+            for (Py_ssize_t j = 0; j + 1 < n; j++) {
+                PyObject *code = PyDict_GetItemWithError(codes, PyTuple_GET_ITEM(stack, j));
+                if (code == NULL && PyErr_Occurred()) goto fail;
+                long c = code == NULL ? 0 : PyLong_AsLong(code);
+                if (c == -1 && PyErr_Occurred()) goto fail;
+                if (c == 1)
+                    cut = j + 1;
+                else if (c != 2)
+                    break;
+            }
+            if (cut) {
+                pruned = PyTuple_GetSlice(stack, cut, n);
+                if (pruned == NULL) goto fail;
+            } else {
+                Py_INCREF(stack);
+                pruned = stack;
+            }
+            if (memo != Py_None && PyDict_SetItem(memo, stack, pruned) < 0) {
+                Py_DECREF(pruned);
+                goto fail;
+            }
+        }
+        PyObject *sample;
+        if (pruned == stack) {
+            Py_INCREF(items[i]);
+            sample = items[i];
+        } else {
+            sample = new_sample((PyTypeObject *)cls, pruned, values, threads, via);
+        }
+        if (sample == NULL ||
+            (PyTuple_GET_SIZE(pruned) && PySet_Add(leaves, PyTuple_GET_ITEM(pruned, 0)) < 0)) {
+            Py_XDECREF(sample);
+            Py_DECREF(pruned);
+            goto fail;
+        }
+        Py_DECREF(pruned);
+        PyList_SET_ITEM(out, i, sample);
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(NN)", out, leaves);
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(leaves);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- sites: fold's choice of each stack's site ---- */
+
+/* cands: address -> (own, jni, dependency, plain) frame indexes (-1: none), filled from
+   fn(address) on a miss. A stack's site
+   is its first address with an own frame; else the first JNI entry, else the first
+   dependency frame, else the first frame that is not a wrapper, else (0, 0). Returns a
+   list of (address index << 16 | frame index) per sample, 0 for an empty stack. */
+static PyObject *sites_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *cands, *fn;
+    if (!PyArg_ParseTuple(args, "OO!O", &samples, &PyDict_Type, &cands, &fn)) return NULL;
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(ns);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        Py_ssize_t n = PyTuple_GET_SIZE(stack);
+        long found = -1, jni = -1, dep = -1, plain = -1;
+        for (Py_ssize_t j = 0; j < n && found < 0; j++) {
+            PyObject *a = PyTuple_GET_ITEM(stack, j);
+            PyObject *c = PyDict_GetItemWithError(cands, a);
+            if (c == NULL) {
+                if (PyErr_Occurred()) goto fail;
+                /* Only the addresses a search reaches are classified: usually the leaf. */
+                PyObject *got = PyObject_CallOneArg(fn, a);
+                if (got == NULL) goto fail;
+                int bad = PyDict_SetItem(cands, a, got);
+                Py_DECREF(got);
+                if (bad < 0) goto fail;
+                c = got; /* the dict holds it */
+            }
+            if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != 4) {
+                PyErr_SetString(PyExc_TypeError, "candidates must be 4-tuples");
+                goto fail;
+            }
+            long v[4];
+            for (int m = 0; m < 4; m++) {
+                v[m] = PyLong_AsLong(PyTuple_GET_ITEM(c, m));
+                if (v[m] == -1 && PyErr_Occurred()) goto fail;
+                if (v[m] > 0xffff) {
+                    PyErr_SetString(PyExc_ValueError, "too many frames at one address");
+                    goto fail;
+                }
+            }
+            if (j > 0x7fff) {
+                PyErr_SetString(PyExc_ValueError, "stack too deep");
+                goto fail;
+            }
+            if (v[0] >= 0) found = (long)(j << 16) | v[0];
+            if (jni < 0 && v[1] >= 0) jni = (long)(j << 16) | v[1];
+            if (dep < 0 && v[2] >= 0) dep = (long)(j << 16) | v[2];
+            if (plain < 0 && v[3] >= 0) plain = (long)(j << 16) | v[3];
+        }
+        long site = found >= 0 ? found : jni >= 0 ? jni : dep >= 0 ? dep : plain >= 0 ? plain : 0;
+        PyObject *num = PyLong_FromLong(site);
+        if (num == NULL) goto fail;
+        PyList_SET_ITEM(out, i, num);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- accumulate: flat and cumulative sums per key, the top table's loop ---- */
+
+/* per_addr: address -> tuple of key ids (innermost first). Returns (flat, cum, total,
+   leaf) where leaf[i] is the key id sample i's flat value went to (-1: value 0). */
+static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *per_addr;
+    Py_ssize_t index, nkeys, no_stack;
+    if (!PyArg_ParseTuple(args, "OnO!nn", &samples, &index, &PyDict_Type, &per_addr, &nkeys,
+                          &no_stack))
+        return NULL;
+    if (nkeys < 0 || no_stack < 0 || no_stack >= nkeys) {
+        PyErr_SetString(PyExc_ValueError, "bad key count");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    double *flat = PyMem_Calloc((size_t)nkeys + 1, sizeof(double));
+    double *cum = PyMem_Calloc((size_t)nkeys + 1, sizeof(double));
+    Py_ssize_t *stamp = PyMem_Malloc(((size_t)nkeys + 1) * sizeof(Py_ssize_t));
+    PyObject *leaf = PyList_New(ns), *result = NULL;
+    PyObject *none_leaf = PyLong_FromLong(-1);
+    double total = 0.0;
+    if (flat == NULL || cum == NULL || stamp == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (leaf == NULL || none_leaf == NULL) goto done;
+    for (Py_ssize_t k = 0; k < nkeys; k++) stamp[k] = -1;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto done;
+        if (index < 0 || index >= PyTuple_GET_SIZE(values)) {
+            PyErr_SetString(PyExc_IndexError, "value index out of range");
+            goto done;
+        }
+        double v = PyFloat_AsDouble(PyTuple_GET_ITEM(values, index));
+        if (v == -1.0 && PyErr_Occurred()) goto done;
+        if (v == 0) {
+            Py_INCREF(none_leaf);
+            PyList_SET_ITEM(leaf, i, none_leaf);
+            continue;
+        }
+        total += v;
+        Py_ssize_t n = PyTuple_GET_SIZE(stack), first = -1;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *ids = PyDict_GetItemWithError(per_addr, PyTuple_GET_ITEM(stack, j));
+            if (ids == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "unknown address");
+                goto done;
+            }
+            if (!PyTuple_Check(ids)) {
+                PyErr_SetString(PyExc_TypeError, "key ids must be tuples");
+                goto done;
+            }
+            Py_ssize_t m = PyTuple_GET_SIZE(ids);
+            for (Py_ssize_t x = 0; x < m; x++) {
+                Py_ssize_t id = PyLong_AsSsize_t(PyTuple_GET_ITEM(ids, x));
+                if (id == -1 && PyErr_Occurred()) goto done;
+                if (id < 0 || id >= nkeys) {
+                    PyErr_SetString(PyExc_ValueError, "key id out of range");
+                    goto done;
+                }
+                if (first < 0) first = id;
+                if (stamp[id] != i) { /* once per stack, even under recursion */
+                    stamp[id] = i;
+                    cum[id] += v;
+                }
+            }
+        }
+        if (first < 0) {
+            first = no_stack;
+            if (stamp[first] != i) {
+                stamp[first] = i;
+                cum[first] += v;
+            }
+        }
+        flat[first] += v;
+        PyObject *num = PyLong_FromSsize_t(first);
+        if (num == NULL) goto done;
+        PyList_SET_ITEM(leaf, i, num);
+    }
+    {
+        PyObject *f = PyList_New(nkeys), *c = PyList_New(nkeys);
+        if (f == NULL || c == NULL) {
+            Py_XDECREF(f);
+            Py_XDECREF(c);
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < nkeys; k++) {
+            PyObject *a = PyFloat_FromDouble(flat[k]), *b = PyFloat_FromDouble(cum[k]);
+            if (a == NULL || b == NULL) {
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                Py_DECREF(f);
+                Py_DECREF(c);
+                goto done;
+            }
+            PyList_SET_ITEM(f, k, a);
+            PyList_SET_ITEM(c, k, b);
+        }
+        Py_INCREF(leaf);
+        result = Py_BuildValue("(NNdN)", f, c, total, leaf);
+    }
+done:
+    PyMem_Free(flat);
+    PyMem_Free(cum);
+    PyMem_Free(stamp);
+    Py_XDECREF(leaf);
+    Py_XDECREF(none_leaf);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* Each entry point with the collector paused (see PAUSE_GC). */
+#define WITHOUT_GC(name)                                        \
+    static PyObject *name(PyObject *self, PyObject *args) {    \
+        PAUSE_GC;                                               \
+        PyObject *result = name##_impl(self, args);             \
+        RESUME_GC;                                              \
+        return result;                                          \
+    }
+WITHOUT_GC(parse_records)
+WITHOUT_GC(address_sets)
+WITHOUT_GC(with_values)
+WITHOUT_GC(cut_leading)
+WITHOUT_GC(sites)
+WITHOUT_GC(accumulate)
+
+static PyMethodDef methods[] = {
+    {"parse_records", parse_records, METH_VARARGS,
+     "parse_records(text, start, stop, sample_type) -> list of samples, or None when the "
+     "records are unusual (the line parser then reads them)."},
+    {"address_sets", address_sets, METH_O,
+     "address_sets(samples) -> (every address, addresses in a non-leaf position)."},
+    {"with_values", with_values, METH_VARARGS,
+     "with_values(samples, fn, sample_type) -> samples with values fn(values) (memoised by "
+     "identity), or None when a sample has per-thread values."},
+    {"cut_leading", cut_leading, METH_VARARGS,
+     "cut_leading(samples, codes, memo, sample_type) -> (samples, leaf addresses)."},
+    {"sites", sites, METH_VARARGS,
+     "sites(samples, candidates, fn) -> per sample (address index << 16 | frame index)."},
+    {"accumulate", accumulate, METH_VARARGS,
+     "accumulate(samples, index, key_ids, nkeys, no_stack) -> (flat, cum, total, leaf)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "heapscope._native",
+    "The per-stack loops of reading and reducing heap dumps, in C (see heapscope.native).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    init_hex();
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,160 @@
+"""The compiled loops (heapscope._native) give exactly what the Python loops give.
+
+The Python code of each pass is the reference; these tests run both on the same inputs:
+mutated and generated dumps for the parser, generated symbolized profiles for unsample,
+prune, fold and the top table.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from heapscope import native
+from heapscope.analysis import aggregate, fold, prune, unsample
+from heapscope.analysis.aggregate import sort_rows
+from heapscope.errors import InputError
+from heapscope.formats import cache, jemalloc
+from heapscope.formats.jemalloc import parse_heap_v2, parse_heap_v2_text
+from heapscope.model import Profile, Sample
+from tests.unit.builders import Builder
+
+DATA = Path(__file__).parent.parent / "data" / "dumps"
+CORPUS = Path(__file__).parent.parent / "fuzz" / "corpus"
+SEEDS = [(DATA / "dialects.heap").read_text(), (CORPUS / "jemalloc-5.3.m0.heap").read_text(),
+         (CORPUS / "cpp-all-sampled.f.heap").read_text()]
+PASSES = (native, jemalloc, cache, unsample, prune, fold, aggregate)
+core = native.core
+
+
+def test_the_compiled_loops_are_built() -> None:
+    # setup.sh installs gcc and Python's headers, so the extension must be there: without it
+    # every dump loads several times slower.
+    assert core is not None, native.describe()
+
+
+def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in PASSES:
+        monkeypatch.setattr(module, "core", None)
+
+
+def _parsed(text: str) -> object:
+    """What reading ``text`` gives: the profile's parts, or the one-line error."""
+    try:
+        p = parse_heap_v2_text("t.heap", text)
+    except InputError as e:
+        return str(e)
+    return (p.samples, p.mappings, p.header, p.threads, p.period)
+
+
+def _reference(text: str) -> object:
+    try:
+        p = parse_heap_v2("t.heap", text.splitlines())
+    except InputError as e:
+        return str(e)
+    return (p.samples, p.mappings, p.header, p.threads, p.period)
+
+
+def test_a_real_dump_is_read_by_the_compiled_loop() -> None:
+    assert core is not None
+    for text in SEEDS[1:]:
+        first, maps_at = text.find("\n@"), text.find("\nMAPPED_LIBRARIES:")
+        got = core.parse_records(text, first + 1, maps_at + 1, Sample)
+        assert got is not None and len(got) == text.count("\n@")
+        assert _parsed(text) == _reference(text)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SEEDS), st.integers(min_value=0, max_value=10**6),
+       st.integers(min_value=0, max_value=40),
+       st.sampled_from(["", " ", "\t", "\r", "\n", "\n\n", "0x", "@", "@ 0x10\n", "t*: 1: 2",
+                        "  t*: 1: 2 [3: 4]\n", "  t7: 1: 2 [3: 4]\n", "[", "]", ":", "g",
+                        "12345678901234567890", "0x12345678901234567", "\x0b", "\x1c",
+                        "\x85", "é", "<jemalloc>: x\n", "  f: 1\n", "-0x1", "0x_1"]))
+def test_mutated_dumps_read_the_same(seed: str, at: int, drop: int, insert: str) -> None:
+    at %= len(seed) + 1
+    text = seed[:at] + insert + seed[at + drop:]
+    assert _parsed(text) == _reference(text)
+
+
+def _dump(rng: random.Random) -> str:
+    """A well-formed dump in the shapes jemalloc writes, with the variations it allows."""
+    addrs = [rng.choice(["0x", ""]) + f"{rng.getrandbits(rng.choice([12, 47, 64])):x}"
+             for _ in range(40)]
+    out = ["heap_v2/524288", "  t*: 5: 640 [0: 0]", "  t0: 5: 640 [0: 0] main thread"]
+    for _ in range(rng.randrange(1, 60)):
+        stack = " ".join(rng.choice(addrs) for _ in range(rng.randrange(0, 25)))
+        out.append(f"@ {stack}" if stack else "@")
+        nums = [rng.choice([0, 1, 7, 2**40, 10**19 - 1]) for _ in range(4)]
+        sep = rng.choice([" ", "  ", "\t"])
+        out.append(f"  t*:{sep}{nums[0]}:{sep}{nums[1]} [{nums[2]}:{sep}{nums[3]}]")
+        for t in range(rng.randrange(0, 3)):
+            out.append(f"  t{t}: 1: 2 [3: 4]")
+        if rng.random() < 0.1:
+            out.append("")
+    out += ["", "MAPPED_LIBRARIES:", "55d0a0000000-55d0a0010000 r-xp 00000000 08:01 1 /srv/a"]
+    return "\n".join(out) + "\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32))
+def test_generated_dumps_read_the_same_by_the_compiled_loop(seed: int) -> None:
+    assert core is not None
+    text = _dump(random.Random(seed))
+    first, maps_at = text.find("\n@"), text.find("\nMAPPED_LIBRARIES:")
+    assert core.parse_records(text, first + 1, maps_at + 1, Sample) is not None
+    assert _parsed(text) == _reference(text)
+
+
+# ---- the passes over a symbolized profile ----
+
+NAMES = ["je:je_malloc_default", "je:imalloc_body", "libc:malloc", "libc:strdup",
+         "operator new", "xmalloc@util.c:10", "std::vector<int>::_M_realloc@/usr/include/c++/12/"
+         "bits/vector.tcc:5", "xml:xmlStrndup", "xml:xmlParse", "?exe", "?exe2",
+         "Java_Foo_bar", "pg:palloc", "pg:ExecInit", "wrap@w.c:3", "parse@p.c:40",
+         "inl@p.c:41;outer@p.c:50", "handle@h.c:9", "main@m.c:1", "helper@m.c:20",
+         "alloc::raw_vec::finish_grow", "app::run@src/main.rs:7"]
+
+
+def _profile(rng: random.Random) -> Profile:
+    b = Builder()
+    samples = []
+    for _ in range(rng.randrange(1, 80)):
+        depth = rng.randrange(0, 12)
+        stack = [rng.choice(NAMES) for _ in range(depth)]
+        values = tuple(float(rng.choice([0, 1, 3, 64, 4096, 10**6])) for _ in range(4))
+        samples.append(b.sample(*stack, values=values))
+    # Callers of a thin wrapper from several places, so the profile shows one.
+    for caller in ("parse@p.c:40", "handle@h.c:9", "helper@m.c:20"):
+        samples.append(b.sample("libc:malloc", "wrap@w.c:3", caller, "main@m.c:1"))
+    return b.profile(*samples)
+
+
+def _passes(p: Profile) -> Iterator[object]:
+    raw = p.with_(unsampled=False, sampling="v2", period=524288)
+    yield unsample.unsample(raw).samples
+    pruned = prune.prune(p)
+    yield pruned.samples, dict(pruned.locations)
+    folded = fold.fold(pruned)
+    yield folded.profile.samples, dict(folded.profile.locations), folded.wrappers.as_list()
+    for granularity in ("functions", "lines"):
+        for index in range(4):
+            table = aggregate.aggregate([folded.profile], index, granularity)
+            yield table.total, sort_rows(table)
+    yield folded.profile.addresses(), folded.profile.caller_addresses()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32))
+def test_passes_give_the_same_with_and_without_the_compiled_loops(seed: int) -> None:
+    p = _profile(random.Random(seed))
+    compiled = list(_passes(p))
+    with pytest.MonkeyPatch.context() as mp:
+        _python_only(mp)
+        reference = list(_passes(_profile(random.Random(seed))))
+    assert compiled == reference
