@@ -357,7 +357,10 @@ static PyObject *address_sets_impl(PyObject *self, PyObject *samples) {
     PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
     if (seq == NULL) return NULL;
     PyObject *all = PySet_New(NULL), *callers = PySet_New(NULL);
-    if (all == NULL || callers == NULL) goto fail;
+    /* Objects already added, by identity and position (leaf or not): a parse shares equal
+       addresses, so most of a million frames are skipped before any hashing. */
+    Table seen = {0};
+    if (all == NULL || callers == NULL || table_init(&seen, 16384) < 0) goto fail;
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < ns; i++) {
@@ -365,10 +368,20 @@ static PyObject *address_sets_impl(PyObject *self, PyObject *samples) {
         if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
         Py_ssize_t n = PyTuple_GET_SIZE(stack);
         for (Py_ssize_t j = 0; j < n; j++) {
-            if (PySet_Add(j ? callers : all, PyTuple_GET_ITEM(stack, j)) < 0) goto fail;
+            PyObject *a = PyTuple_GET_ITEM(stack, j);
+            uint64_t k[2] = {(uint64_t)(uintptr_t)a, j ? 1 : 0};
+            Slot *s = table_find(&seen, k, 2);
+            if (s->v != NULL) continue;
+            Py_INCREF(a); /* the table keeps it alive, so its address stays its own */
+            if (table_put(&seen, s, k, 2, a) < 0) {
+                Py_DECREF(a);
+                goto fail;
+            }
+            if (PySet_Add(j ? callers : all, a) < 0) goto fail;
         }
     }
     if (_PySet_Update(all, callers) < 0) goto fail;
+    table_free(&seen);
     PyObject *fa = PyFrozenSet_New(all), *fc = PyFrozenSet_New(callers);
     Py_DECREF(all);
     Py_DECREF(callers);
@@ -380,8 +393,50 @@ static PyObject *address_sets_impl(PyObject *self, PyObject *samples) {
     }
     return Py_BuildValue("(NN)", fa, fc);
 fail:
+    table_free(&seen);
     Py_XDECREF(all);
     Py_XDECREF(callers);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- leaf_pairs: each stack's first two addresses, once ---- */
+
+/* Distinct by the identity of the address objects (a parse shares equal ones; a repeat
+   only costs its caller a second look). Stacks of one frame give 1-tuples, empty ones
+   nothing. In the order of the samples. */
+static PyObject *leaf_pairs_impl(PyObject *self, PyObject *samples) {
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(0);
+    Table seen = {0};
+    if (out == NULL || table_init(&seen, 4096) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        Py_ssize_t n = PyTuple_GET_SIZE(stack);
+        if (n == 0) continue;
+        uint64_t k[2] = {(uint64_t)(uintptr_t)PyTuple_GET_ITEM(stack, 0),
+                         n > 1 ? (uint64_t)(uintptr_t)PyTuple_GET_ITEM(stack, 1) : 0};
+        Slot *s = table_find(&seen, k, 2);
+        if (s->v != NULL) continue;
+        PyObject *pair = PyTuple_GetSlice(stack, 0, n > 1 ? 2 : 1);
+        if (pair == NULL) goto fail;
+        Py_INCREF(pair); /* one for the table (keeps the objects alive), one for the list */
+        if (table_put(&seen, s, k, 2, pair) < 0 || PyList_Append(out, pair) < 0) {
+            Py_DECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+    }
+    table_free(&seen);
+    Py_DECREF(seq);
+    return out;
+fail:
+    table_free(&seen);
+    Py_XDECREF(out);
     Py_DECREF(seq);
     return NULL;
 }
@@ -713,6 +768,7 @@ done:
 WITHOUT_GC(parse_records)
 WITHOUT_GC(address_sets)
 WITHOUT_GC(with_values)
+WITHOUT_GC(leaf_pairs)
 WITHOUT_GC(cut_leading)
 WITHOUT_GC(sites)
 WITHOUT_GC(accumulate)
@@ -723,6 +779,8 @@ static PyMethodDef methods[] = {
      "records are unusual (the line parser then reads them)."},
     {"address_sets", address_sets, METH_O,
      "address_sets(samples) -> (every address, addresses in a non-leaf position)."},
+    {"leaf_pairs", leaf_pairs, METH_O,
+     "leaf_pairs(samples) -> each distinct (leaf, caller) start of a stack, in order."},
     {"with_values", with_values, METH_VARARGS,
      "with_values(samples, fn, sample_type) -> samples with values fn(values) (memoised by "
      "identity), or None when a sample has per-thread values."},

@@ -177,7 +177,9 @@ class _Folder:
     def find_wrappers(self) -> None:
         """Mark as wrappers the functions the profile shows to be thin allocating leaves."""
         # Each distinct (leaf, caller) pair once: dumps repeat them across many stacks.
-        pairs = {s.stack[:2] for s in self.profile.samples if s.stack}
+        samples = self.profile.samples
+        pairs = core.leaf_pairs(samples) if core is not None else \
+            {s.stack[:2] for s in samples if s.stack}
         callers: dict[str, set[str]] = {}
         sites: dict[str, set[int]] = {}
         for pair in pairs:
@@ -279,18 +281,19 @@ class _Folder:
              ) -> Profile:
         self.find_wrappers()
         trims: dict[int, int] = {}
-        samples = []
         if core is not None:
             # The compiled loop picks each stack's site, asking for an address's candidates
-            # (classified once) only when its search reaches it.
+            # (classified once) only when its search reaches it; only the stacks whose site
+            # is not the leaf's innermost frame change.
             codes = core.sites(self.profile.samples, self.candidates, self._candidates)
+            cut_at: Iterable[int] = [n for n, c in enumerate(codes) if c]
         else:
             codes = None
-        for n, s in enumerate(self.profile.samples):
+            cut_at = range(len(self.profile.samples))
+        samples = list(self.profile.samples)
+        for n in cut_at:
+            s = self.profile.samples[n]
             st = s.stack
-            if codes is not None and codes[n] == 0:
-                samples.append(s)  # the site is the leaf's innermost frame: nothing to cut
-                continue
             got = memo.get(st)
             if got is None:
                 if not st:
@@ -302,8 +305,8 @@ class _Folder:
             cut, k, via = got
             if k:
                 trims[cut[0]] = k
-            samples.append(Sample(cut, s.values, s.threads, via) if via or cut is not st
-                           else s)
+            if via or cut is not st:
+                samples[n] = Sample(cut, s.values, s.threads, via)
         locations = dict(self.profile.locations)
         for a, k in trims.items():
             locations[a] = _trimmed(self.profile.location(a), k)
