@@ -10,22 +10,33 @@ Steps:
 2. Run it under LD_PRELOAD=libjemalloc.so.2 with
    ``prof:true,prof_final:true,prof_accum:true,lg_prof_sample:0`` (every allocation
    sampled) and report the dump's size, stack count and distinct addresses.
-3. Time ``jeprof --text --show_bytes <bin> <dump>`` (wall via time.perf_counter, peak
-   RSS via ``/usr/bin/time -f %M`` or getrusage) and ``heapscope top --show-bytes <dump>``
-   cold (HEAPSCOPE_CACHE_DIR = a fresh empty directory) and warm (same directory again).
-   ``--show_bytes``/``--show-bytes`` only change the unit, not the work; they make the
-   ``Total: N B`` lines comparable: heapscope's total must equal jeprof's.
+3. Time ``jeprof --text --show_bytes <bin> <dump>`` once and ``heapscope top --show-bytes
+   <dump>`` ``--runs`` times (default 5) cold (HEAPSCOPE_CACHE_DIR = a fresh empty directory),
+   each followed by a warm run (same directory again), in this one run of the script;
+   medians are reported (wall via time.perf_counter, peak RSS via ``/usr/bin/time -f %M``
+   or getrusage). ``--show_bytes``/``--show-bytes`` only change the unit, not the work;
+   they make the ``Total: N B`` lines comparable: heapscope's total must equal jeprof's.
+4. Compare whole ``top`` tables (by function, by line, cumulative allocations by line)
+   with bench/golden/ (``--update-golden`` writes them): every allocation is sampled, so
+   names and bytes do not depend on the run.
+5. Time ``flamegraph`` and ``export --format pprof`` cold (medium dump only).
 
-jeprof's result for a given dump is cached next to it (``jeprof.json``) because the
-large run takes minutes; ``--rerun-jeprof`` measures it again, ``--no-jeprof`` skips it.
+Targets (``--check`` exits 1 if one is missed): jeprof/heapscope cold >= 30x on the
+~20 MB dump and >= 40x on the ~90 MB one, peak RSS <= 500 MB on the ~90 MB one, warm >= 2x
+faster than cold, Totals equal to jeprof's, tables equal to the golden ones.
+
+``--cached-jeprof`` reuses jeprof's time from an earlier run on the same dump (kept in
+``jeprof.json`` next to it: the large run takes minutes), ``--no-jeprof`` skips it.
 The heapscope command is ``--heapscope CMD`` if given, else ``heapscope`` on PATH, else
 ``python -m heapscope.cli.main`` with ``src/`` on PYTHONPATH. A failing heapscope is
-reported, not fatal. ``--check`` exits 1 if a target is missed.
+reported, not fatal.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import gzip
 import hashlib
 import json
 import os
@@ -33,6 +44,7 @@ import platform
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,8 +67,8 @@ LARGE_STACKS = 280_000
 BENCH_CONF = "lg_prof_sample:0,prof_accum:true"
 
 TARGET_SPEEDUP = 30.0  # jeprof / heapscope cold, on the ~20 MB dump
-TARGET_LARGE_SECONDS = 10.0  # heapscope cold on the large dump
-TARGET_LARGE_RSS_MB = 1024.0
+TARGET_LARGE_SPEEDUP = 40.0  # on the ~90 MB dump
+TARGET_LARGE_RSS_MB = 500.0  # heapscope's peak on the ~90 MB dump
 TARGET_WARM_RATIO = 2.0  # cold / warm
 
 
@@ -254,6 +266,78 @@ def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("PASS" if ok else "MISS")
 
 
+def median_of(runs: list[Measured]) -> Measured:
+    """One row standing for several runs: the run with the median wall time (failed runs
+    win, so a failure is never hidden behind a median)."""
+    failed = [m for m in runs if not m.ok]
+    if failed:
+        return failed[0]
+    wall = statistics.median(m.wall_s for m in runs)
+    mid = sorted(runs, key=lambda m: m.wall_s)[(len(runs) - 1) // 2]
+    rss = [m.rss_mb for m in runs if m.rss_mb is not None]
+    return Measured(mid.label, mid.cmd, True, 0, wall, statistics.median(rss) if rss else None,
+                    mid.rss_exact, mid.total, mid.total_unit)
+
+
+def time_heapscope(hs_cmd: list[str], hs_env: dict[str, str], dump: Path, runs: int
+                   ) -> tuple[list[Measured], list[Measured]]:
+    """``runs`` cold runs of ``heapscope top``, each in a fresh cache directory and followed
+    by one warm run in it."""
+    top = [*hs_cmd, "top", "--show-bytes", str(dump)]
+    cold: list[Measured] = []
+    warm: list[Measured] = []
+    for _ in range(runs):
+        cache_dir = Path(tempfile.mkdtemp(prefix="heapscope-bench-cache-"))
+        try:
+            env = {**hs_env, "HEAPSCOPE_CACHE_DIR": str(cache_dir)}
+            c = measure("heapscope top (cold)", top, env)
+            cold.append(c)
+            if c.ok:
+                warm.append(measure("heapscope top (warm)", top, env))
+        finally:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    return cold, warm
+
+
+GOLDEN_VIEWS = {
+    "functions": ["--show-bytes", "-n", "0"],
+    "lines": ["--show-bytes", "-n", "0", "--lines"],
+    "alloc-cum-lines": ["--show-bytes", "-n", "0", "--alloc-space", "--cum", "--lines"],
+}
+
+
+def golden_check(hs_cmd: list[str], hs_env: dict[str, str], dump: Path, stacks: int,
+                 update: bool) -> bool | None:
+    """Compare whole ``top`` tables (every row: names, files, lines, bytes) with the ones
+    kept in bench/golden/ for this generated program (every allocation is sampled, so they
+    do not depend on the run). ``update`` writes them instead. None: no golden file."""
+    same: bool | None = True
+    for view, argv in GOLDEN_VIEWS.items():
+        golden = BENCH_DIR / "golden" / f"top-{stacks}-{view}.txt.gz"
+        out = subprocess.run([*hs_cmd, "top", *argv, str(dump)], capture_output=True,
+                             text=True, env={**os.environ, **hs_env}, check=False).stdout
+        if update:
+            golden.parent.mkdir(exist_ok=True)
+            golden.write_bytes(gzip.compress(out.encode(), mtime=0))
+            print(f"wrote {golden.relative_to(REPO)} ({len(out.splitlines()):,} rows)")
+            continue
+        if not golden.exists():
+            print(f"golden {view:<16}: no {golden.relative_to(REPO)} (--update-golden)")
+            same = None if same else same
+            continue
+        want = gzip.decompress(golden.read_bytes()).decode()
+        if out == want:
+            print(f"golden {view:<16}: same {len(want.splitlines()):,} rows")
+            continue
+        same = False
+        diff = difflib.unified_diff(want.splitlines(), out.splitlines(), "golden", "now",
+                                    lineterm="", n=0)
+        print(f"golden {view:<16}: DIFFERENT")
+        for line in list(diff)[:12]:
+            print(f"    {line}")
+    return same
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="heapscope vs jeprof benchmark")
     ap.add_argument("--large", action="store_true", help=f"{LARGE_STACKS:,}-stack dump")
@@ -262,9 +346,14 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=BENCH_DIR / ".work")
     ap.add_argument("--fresh", action="store_true", help="regenerate, rebuild and rerun")
     ap.add_argument("--heapscope", help="heapscope command (default: heapscope on PATH)")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="cold (and warm) runs of heapscope; medians are reported")
     ap.add_argument("--no-jeprof", action="store_true", help="do not time jeprof")
-    ap.add_argument("--rerun-jeprof", action="store_true", help="ignore the cached jeprof run")
-    ap.add_argument("--warm-runs", type=int, default=2, help="warm runs (best is reported)")
+    ap.add_argument("--cached-jeprof", action="store_true",
+                    help="reuse jeprof's time from an earlier run on this dump")
+    ap.add_argument("--no-pictures", action="store_true", help="skip flamegraph and export")
+    ap.add_argument("--update-golden", action="store_true",
+                    help="write bench/golden/ from this heapscope's output")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = ap.parse_args()
@@ -285,90 +374,76 @@ def main() -> int:
     )
     print()
 
+    hs_cmd, hs_env = heapscope_command(args.heapscope)
+    runs = max(1, args.runs)
     results: list[Measured] = []
-    jp = None if args.no_jeprof else jeprof_measurement(binary, dump, args.rerun_jeprof)
+    # jeprof first, in this run, so both are timed on the machine as it is now.
+    jp = None if args.no_jeprof else jeprof_measurement(binary, dump, not args.cached_jeprof)
     if jp:
         results.append(jp)
-
-    hs_cmd, hs_env = heapscope_command(args.heapscope)
-    cache_dir = Path(tempfile.mkdtemp(prefix="heapscope-bench-cache-"))
-    env = {**hs_env, "HEAPSCOPE_CACHE_DIR": str(cache_dir)}
-    top = [*hs_cmd, "top", "--show-bytes", str(dump)]
-    try:
-        print("timing heapscope top (cold, then warm) ...", flush=True)
-        cold = measure("heapscope top (cold)", top, env)
-        results.append(cold)
-        warm: Measured | None = None
-        if cold.ok:
-            for _ in range(max(1, args.warm_runs)):
-                w = measure("heapscope top (warm)", top, env)
-                if warm is None or (w.ok and (not warm.ok or w.wall_s < warm.wall_s)):
-                    warm = w
-            results.append(warm)
-        pictures: list[Measured] = []
-        if not large:
-            # Pictures and exports of the same dump (cold symbol cache each), target < 5 s.
-            out_dir = Path(tempfile.mkdtemp(prefix="heapscope-bench-out-"))
+    print(f"timing heapscope top ({runs} x cold, each followed by a warm run) ...", flush=True)
+    cold_runs, warm_runs = time_heapscope(hs_cmd, hs_env, dump, runs)
+    cold = median_of(cold_runs)
+    cold.label = f"heapscope top (cold, median of {len(cold_runs)})"
+    results.append(cold)
+    warm = median_of(warm_runs) if warm_runs else None
+    if warm:
+        warm.label = f"heapscope top (warm, median of {len(warm_runs)})"
+        results.append(warm)
+    pictures: list[Measured] = []
+    if not large and not args.no_pictures:
+        # Pictures and exports of the same dump (cold symbol cache each), target < 5 s.
+        out_dir = Path(tempfile.mkdtemp(prefix="heapscope-bench-out-"))
+        try:
             for label, argv in (
                 ("heapscope flamegraph", ["flamegraph", str(dump), "-o",
                                           str(out_dir / "f.html")]),
                 ("heapscope export pprof", ["export", str(dump), "--format", "pprof", "-o",
                                             str(out_dir / "p.pb.gz")]),
             ):
-                shutil.rmtree(cache_dir, ignore_errors=True)
+                cache_dir = Path(tempfile.mkdtemp(prefix="heapscope-bench-cache-"))
+                env = {**hs_env, "HEAPSCOPE_CACHE_DIR": str(cache_dir)}
                 pictures.append(measure(label, [*hs_cmd, *argv], env, expect_total=False))
-            results.extend(pictures)
+                shutil.rmtree(cache_dir, ignore_errors=True)
+        finally:
             shutil.rmtree(out_dir, ignore_errors=True)
-    finally:
-        shutil.rmtree(cache_dir, ignore_errors=True)
+        results.extend(pictures)
 
     print()
-    print(f"{'command':<24} {'wall':>10} {'peak RSS':>12} {'Total':>20}  status")
-    print("-" * 78)
+    print(f"{'command':<38} {'wall':>9} {'peak RSS':>10} {'Total':>16}  status")
+    print("-" * 84)
     for m in results:
         status = "ok" if m.ok else "FAILED"
         if m.cached_from:
             status += f" (cached {m.cached_from})"
-        print(f"{m.label:<24} {m.wall_s:>9.2f}s {fmt_rss(m):>12} {fmt_total(m):>20}  {status}")
+        print(f"{m.label:<38} {m.wall_s:>8.2f}s {fmt_rss(m):>10} {fmt_total(m):>16}  {status}")
+    print(f"  cold runs: {', '.join(f'{m.wall_s:.2f}s' for m in cold_runs)}")
+    if warm_runs:
+        print(f"  warm runs: {', '.join(f'{m.wall_s:.2f}s' for m in warm_runs)}")
     for m in results:
         if not m.ok:
             print(f"\n{m.label} failed: {' '.join(m.cmd)}\n{m.error}")
     print()
 
     checks: list[tuple[str, bool | None]] = []
-    speedup: float | None = None
-    if jp and jp.ok and cold.ok:
-        speedup = jp.wall_s / cold.wall_s
-    ratio_warm = (cold.wall_s / warm.wall_s) if (cold.ok and warm and warm.ok) else None
-    print(
-        "jeprof/heapscope cold : "
-        + (f"{speedup:.1f}x" if speedup is not None else "n/a")
-        + f"   (target >= {TARGET_SPEEDUP:.0f}x on the ~20 MB dump)"
-    )
-    print(
-        "cold/warm             : "
-        + (f"{ratio_warm:.2f}x" if ratio_warm is not None else "n/a")
-        + f"   (target >= {TARGET_WARM_RATIO:.0f}x)"
-    )
+    speedup = jp.wall_s / cold.wall_s if jp and jp.ok and cold.ok else None
+    ratio_warm = cold.wall_s / warm.wall_s if cold.ok and warm and warm.ok else None
+    target = TARGET_LARGE_SPEEDUP if large else TARGET_SPEEDUP
+    print("jeprof/heapscope cold : "
+          + (f"{speedup:.1f}x" if speedup is not None else "n/a")
+          + f"   (target >= {target:.0f}x)")
+    print("cold/warm             : "
+          + (f"{ratio_warm:.2f}x" if ratio_warm is not None else "n/a")
+          + f"   (target >= {TARGET_WARM_RATIO:.0f}x)")
     warm_rss = f", {fmt_rss(warm)} warm" if warm else ""
     print(f"heapscope peak RSS    : {fmt_rss(cold)} cold{warm_rss}")
-    if not large:
-        checks.append(("jeprof/heapscope cold >= 30x", None if speedup is None else speedup >= 30))
-    else:
-        print(
-            f"large dump            : cold {cold.wall_s:.2f} s, {fmt_rss(cold)}"
-            f"   (target <= {TARGET_LARGE_SECONDS:.0f} s and <= 1 GB)"
-        )
-        large_ok = None
-        if cold.ok:
-            large_ok = (
-                cold.wall_s <= TARGET_LARGE_SECONDS
-                and cold.rss_mb is not None
-                and cold.rss_mb <= TARGET_LARGE_RSS_MB
-            )
-        checks.append(("large: cold <= 10 s and <= 1 GB", large_ok))
-    warm_ok = None if ratio_warm is None else ratio_warm >= TARGET_WARM_RATIO
-    checks.append(("warm >= 2x faster than cold", warm_ok))
+    checks.append((f"jeprof/heapscope cold >= {target:.0f}x",
+                   None if speedup is None else speedup >= target))
+    if large:
+        rss_ok = None if cold.rss_mb is None else cold.rss_mb <= TARGET_LARGE_RSS_MB
+        checks.append((f"large: peak RSS <= {TARGET_LARGE_RSS_MB:.0f} MB", rss_ok))
+    checks.append((f"warm >= {TARGET_WARM_RATIO:.0f}x faster than cold",
+                   None if ratio_warm is None else ratio_warm >= TARGET_WARM_RATIO))
 
     totals_equal: bool | None = None
     if jp and jp.ok and cold.ok:
@@ -383,6 +458,9 @@ def main() -> int:
             f" -> {'equal' if totals_equal else 'DIFFERENT'}"
         )
     checks.append(("heapscope Total == jeprof Total", totals_equal))
+    golden = golden_check(hs_cmd, hs_env, dump, stacks, args.update_golden)
+    if not args.update_golden:
+        checks.append(("top tables == bench/golden", golden))
     for m in pictures:
         checks.append((f"{m.label} < 5 s (cold)", m.ok and m.wall_s < 5.0))
     print()
@@ -398,6 +476,8 @@ def main() -> int:
                     "stacks": info.stacks,
                     "unique_addresses": info.unique_addresses,
                     "results": [asdict(m) for m in results],
+                    "cold_runs": [m.wall_s for m in cold_runs],
+                    "warm_runs": [m.wall_s for m in warm_runs],
                     "speedup_cold": speedup,
                     "cold_over_warm": ratio_warm,
                     "totals_equal": totals_equal,
