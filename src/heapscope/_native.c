@@ -497,12 +497,13 @@ fail:
 
 /* ---- cut_leading: prune's cut of the allocator's frames at the leaf end ---- */
 
-/* codes: address -> 1 allocator frame (cut), 2 unnamed frame (look further), else stop.
+/* codes: address -> 1 allocator frame (cut), 2 unnamed frame (look further), else stop;
+   filled from fn(address) on a miss.
    The outermost frame is always kept. memo (a dict or None) maps raw stacks to cut ones,
    shared by the dumps of one process. Returns (samples, leaves). */
 static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
-    PyObject *samples, *codes, *memo, *cls;
-    if (!PyArg_ParseTuple(args, "OO!OO", &samples, &PyDict_Type, &codes, &memo, &cls))
+    PyObject *samples, *codes, *fn, *memo, *cls;
+    if (!PyArg_ParseTuple(args, "OO!OOO", &samples, &PyDict_Type, &codes, &fn, &memo, &cls))
         return NULL;
     if (check_sample_type(cls) < 0) return NULL;
     if (memo != Py_None && !PyDict_Check(memo)) {
@@ -527,9 +528,18 @@ static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
         if (pruned == NULL) {
             Py_ssize_t n = PyTuple_GET_SIZE(stack), cut = 0;
             for (Py_ssize_t j = 0; j + 1 < n; j++) {
-                PyObject *code = PyDict_GetItemWithError(codes, PyTuple_GET_ITEM(stack, j));
-                if (code == NULL && PyErr_Occurred()) goto fail;
-                long c = code == NULL ? 0 : PyLong_AsLong(code);
+                PyObject *a = PyTuple_GET_ITEM(stack, j);
+                PyObject *code = PyDict_GetItemWithError(codes, a);
+                if (code == NULL) {
+                    if (PyErr_Occurred()) goto fail;
+                    /* Only addresses at a stack's leaf end are ever looked at. */
+                    code = PyObject_CallOneArg(fn, a);
+                    if (code == NULL) goto fail;
+                    int bad = PyDict_SetItem(codes, a, code);
+                    Py_DECREF(code);
+                    if (bad < 0) goto fail;
+                }
+                long c = PyLong_AsLong(code);
                 if (c == -1 && PyErr_Occurred()) goto fail;
                 if (c == 1)
                     cut = j + 1;
@@ -785,7 +795,7 @@ static PyMethodDef methods[] = {
      "with_values(samples, fn, sample_type) -> samples with values fn(values) (memoised by "
      "identity), or None when a sample has per-thread values."},
     {"cut_leading", cut_leading, METH_VARARGS,
-     "cut_leading(samples, codes, memo, sample_type) -> (samples, leaf addresses)."},
+     "cut_leading(samples, codes, fn, memo, sample_type) -> (samples, leaf addresses)."},
     {"sites", sites, METH_VARARGS,
      "sites(samples, candidates, fn) -> per sample (address index << 16 | frame index)."},
     {"accumulate", accumulate, METH_VARARGS,

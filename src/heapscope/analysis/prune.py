@@ -161,13 +161,14 @@ def prune(profile: Profile,
     locations (the dumps of one process), so that each stack is pruned once.
     """
     if core is not None:
-        # What each address is, once; then the compiled loop cuts every stack.
-        codes: dict[int, int] = {}
-        for a in profile.addresses():
+        # The compiled loop cuts every stack, asking what an address is (once) when it
+        # reaches it.
+        def code(a: int) -> int:
             loc = profile.location(a)
-            codes[a] = ALLOCATOR if is_allocator_location(loc) else \
+            return ALLOCATOR if is_allocator_location(loc) else \
                 UNNAMED if not loc.frames else OTHER
-        cut_samples, leaves = core.cut_leading(profile.samples, codes, memo, Sample)
+
+        cut_samples, leaves = core.cut_leading(profile.samples, {}, code, memo, Sample)
         samples = cut_samples
     else:
         samples, leaves = _cut(profile, {} if memo is None else memo)
