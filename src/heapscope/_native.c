@@ -654,34 +654,62 @@ fail:
 
 /* ---- accumulate: flat and cumulative sums per key, the top table's loop ---- */
 
-/* per_addr: address -> tuple of key ids (innermost first). Returns (flat, cum, total,
-   leaf) where leaf[i] is the key id sample i's flat value went to (-1: value 0). */
+/* Per-key sums that grow as new key ids appear. */
+typedef struct {
+    double *flat, *cum;
+    Py_ssize_t *stamp;
+    Py_ssize_t cap;
+} Sums;
+
+static int sums_fit(Sums *m, Py_ssize_t id) {
+    if (id < m->cap) return 0;
+    Py_ssize_t cap = m->cap ? m->cap : 1024;
+    while (cap <= id) cap *= 2;
+    double *f = PyMem_Realloc(m->flat, (size_t)cap * sizeof(double));
+    if (f != NULL) m->flat = f;
+    double *c = PyMem_Realloc(m->cum, (size_t)cap * sizeof(double));
+    if (c != NULL) m->cum = c;
+    Py_ssize_t *st = PyMem_Realloc(m->stamp, (size_t)cap * sizeof(Py_ssize_t));
+    if (st != NULL) m->stamp = st;
+    if (f == NULL || c == NULL || st == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = m->cap; k < cap; k++) {
+        m->flat[k] = m->cum[k] = 0.0;
+        m->stamp[k] = -1;
+    }
+    m->cap = cap;
+    return 0;
+}
+
+/* key_ids: address -> tuple of key ids (innermost first), filled from fn(address) on a miss,
+   so only addresses of stacks with a value are ever keyed. Returns (flat, cum, total, leaf)
+   where flat and cum cover ids 0 .. the largest seen, and leaf[i] is the key id sample i's
+   flat value went to (-1: value 0). */
 static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
-    PyObject *samples, *per_addr;
-    Py_ssize_t index, nkeys, no_stack;
-    if (!PyArg_ParseTuple(args, "OnO!nn", &samples, &index, &PyDict_Type, &per_addr, &nkeys,
+    PyObject *samples, *per_addr, *fn;
+    Py_ssize_t index, no_stack;
+    if (!PyArg_ParseTuple(args, "OnO!On", &samples, &index, &PyDict_Type, &per_addr, &fn,
                           &no_stack))
         return NULL;
-    if (nkeys < 0 || no_stack < 0 || no_stack >= nkeys) {
-        PyErr_SetString(PyExc_ValueError, "bad key count");
+    if (no_stack < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad key id");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
     if (seq == NULL) return NULL;
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    double *flat = PyMem_Calloc((size_t)nkeys + 1, sizeof(double));
-    double *cum = PyMem_Calloc((size_t)nkeys + 1, sizeof(double));
-    Py_ssize_t *stamp = PyMem_Malloc(((size_t)nkeys + 1) * sizeof(Py_ssize_t));
+    Sums m = {NULL, NULL, NULL, 0};
+    Table known = {0}; /* address object -> its ids, by identity: no hashing of ints */
     PyObject *leaf = PyList_New(ns), *result = NULL;
     PyObject *none_leaf = PyLong_FromLong(-1);
     double total = 0.0;
-    if (flat == NULL || cum == NULL || stamp == NULL) {
-        PyErr_NoMemory();
+    Py_ssize_t top = no_stack; /* largest key id seen */
+    if (leaf == NULL || none_leaf == NULL || sums_fit(&m, no_stack) < 0 ||
+        table_init(&known, 16384) < 0)
         goto done;
-    }
-    if (leaf == NULL || none_leaf == NULL) goto done;
-    for (Py_ssize_t k = 0; k < nkeys; k++) stamp[k] = -1;
     for (Py_ssize_t i = 0; i < ns; i++) {
         PyObject *stack, *values, *threads, *via;
         if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto done;
@@ -699,43 +727,63 @@ static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
         total += v;
         Py_ssize_t n = PyTuple_GET_SIZE(stack), first = -1;
         for (Py_ssize_t j = 0; j < n; j++) {
-            PyObject *ids = PyDict_GetItemWithError(per_addr, PyTuple_GET_ITEM(stack, j));
-            if (ids == NULL) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "unknown address");
-                goto done;
-            }
-            if (!PyTuple_Check(ids)) {
-                PyErr_SetString(PyExc_TypeError, "key ids must be tuples");
-                goto done;
-            }
-            Py_ssize_t m = PyTuple_GET_SIZE(ids);
-            for (Py_ssize_t x = 0; x < m; x++) {
-                Py_ssize_t id = PyLong_AsSsize_t(PyTuple_GET_ITEM(ids, x));
-                if (id == -1 && PyErr_Occurred()) goto done;
-                if (id < 0 || id >= nkeys) {
-                    PyErr_SetString(PyExc_ValueError, "key id out of range");
+            PyObject *a = PyTuple_GET_ITEM(stack, j);
+            uint64_t k = (uint64_t)(uintptr_t)a;
+            Slot *s = table_find(&known, &k, 1);
+            if (s->v == NULL) {
+                PyObject *ids = PyDict_GetItemWithError(per_addr, a);
+                if (ids == NULL) {
+                    if (PyErr_Occurred()) goto done;
+                    ids = PyObject_CallOneArg(fn, a);
+                    if (ids == NULL) goto done;
+                    int bad = PyDict_SetItem(per_addr, a, ids);
+                    Py_DECREF(ids);
+                    if (bad < 0) goto done;
+                }
+                if (!PyTuple_Check(ids)) {
+                    PyErr_SetString(PyExc_TypeError, "key ids must be tuples");
                     goto done;
                 }
+                for (Py_ssize_t x = 0; x < PyTuple_GET_SIZE(ids); x++) {
+                    Py_ssize_t id = PyLong_AsSsize_t(PyTuple_GET_ITEM(ids, x));
+                    if (id == -1 && PyErr_Occurred()) goto done;
+                    if (id < 0) {
+                        PyErr_SetString(PyExc_ValueError, "negative key id");
+                        goto done;
+                    }
+                    if (sums_fit(&m, id) < 0) goto done;
+                    if (id > top) top = id;
+                }
+                /* The table holds the address too: its identity cannot be reused meanwhile. */
+                PyObject *pair = PyTuple_Pack(2, a, ids);
+                if (pair == NULL || table_put(&known, s, &k, 1, pair) < 0) goto done;
+                s = table_find(&known, &k, 1);
+            }
+            PyObject *ids = PyTuple_GET_ITEM(s->v, 1);
+            Py_ssize_t count = PyTuple_GET_SIZE(ids);
+            for (Py_ssize_t x = 0; x < count; x++) {
+                Py_ssize_t id = PyLong_AsSsize_t(PyTuple_GET_ITEM(ids, x));
                 if (first < 0) first = id;
-                if (stamp[id] != i) { /* once per stack, even under recursion */
-                    stamp[id] = i;
-                    cum[id] += v;
+                if (m.stamp[id] != i) { /* once per stack, even under recursion */
+                    m.stamp[id] = i;
+                    m.cum[id] += v;
                 }
             }
         }
         if (first < 0) {
             first = no_stack;
-            if (stamp[first] != i) {
-                stamp[first] = i;
-                cum[first] += v;
+            if (m.stamp[first] != i) {
+                m.stamp[first] = i;
+                m.cum[first] += v;
             }
         }
-        flat[first] += v;
+        m.flat[first] += v;
         PyObject *num = PyLong_FromSsize_t(first);
         if (num == NULL) goto done;
         PyList_SET_ITEM(leaf, i, num);
     }
     {
+        Py_ssize_t nkeys = top + 1;
         PyObject *f = PyList_New(nkeys), *c = PyList_New(nkeys);
         if (f == NULL || c == NULL) {
             Py_XDECREF(f);
@@ -743,7 +791,7 @@ static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
             goto done;
         }
         for (Py_ssize_t k = 0; k < nkeys; k++) {
-            PyObject *a = PyFloat_FromDouble(flat[k]), *b = PyFloat_FromDouble(cum[k]);
+            PyObject *a = PyFloat_FromDouble(m.flat[k]), *b = PyFloat_FromDouble(m.cum[k]);
             if (a == NULL || b == NULL) {
                 Py_XDECREF(a);
                 Py_XDECREF(b);
@@ -758,9 +806,10 @@ static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
         result = Py_BuildValue("(NNdN)", f, c, total, leaf);
     }
 done:
-    PyMem_Free(flat);
-    PyMem_Free(cum);
-    PyMem_Free(stamp);
+    PyMem_Free(m.flat);
+    PyMem_Free(m.cum);
+    PyMem_Free(m.stamp);
+    table_free(&known);
     Py_XDECREF(leaf);
     Py_XDECREF(none_leaf);
     Py_DECREF(seq);
@@ -799,7 +848,7 @@ static PyMethodDef methods[] = {
     {"sites", sites, METH_VARARGS,
      "sites(samples, candidates, fn) -> per sample (address index << 16 | frame index)."},
     {"accumulate", accumulate, METH_VARARGS,
-     "accumulate(samples, index, key_ids, nkeys, no_stack) -> (flat, cum, total, leaf)."},
+     "accumulate(samples, index, key_ids, fn, no_stack) -> (flat, cum, total, leaf)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,5 +15,5 @@ def cut_leading(samples: Sequence[Any], codes: dict[int, int], fn: Callable[[int
 def sites(samples: Sequence[Any], candidates: dict[int, tuple[int, int, int, int]],
           fn: Callable[[int], tuple[int, int, int, int]], /) -> list[int]: ...
 def accumulate(samples: Sequence[Any], index: int, key_ids: dict[int, tuple[int, ...]],
-               nkeys: int, no_stack: int, /
+               fn: Callable[[int], tuple[int, ...]], no_stack: int, /
                ) -> tuple[list[float], list[float], float, list[int]]: ...

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from heapscope.model import Location, Profile, Sample, ViaFrame
+from heapscope.model import Location, Profile, ViaFrame
 from heapscope.native import core
 
 GRANULARITIES = ("functions", "lines", "files", "addresses")
@@ -117,20 +117,25 @@ class KeyTable:
         return i
 
 
-def _accumulate(samples: tuple[Sample, ...], index: int, per_addr: dict[int, tuple[int, ...]],
-                no_stack: int, table: KeyTable, folded: bool) -> float:
+def _accumulate(p: Profile, index: int, granularity: str, table: KeyTable) -> float:
     """The compiled loop of :func:`aggregate` over one profile: adds to the table's sums and
-    returns the profile's total."""
+    returns the profile's total. Addresses are keyed as the loop reaches them, so those only
+    in stacks without this value are never looked at."""
     assert core is not None
-    nkeys = len(table.keys)
-    flat, cum, total, leaf = core.accumulate(samples, index, per_addr, nkeys, no_stack)
+    key_id = table.id
+
+    def ids(a: int) -> tuple[int, ...]:
+        return tuple(key_id(k) for k in location_keys(p.location(a), granularity))
+
+    no_stack = key_id(Key(NO_STACK))
+    flat, cum, total, leaf = core.accumulate(p.samples, index, {}, ids, no_stack)
     # Sums in the samples' order, as the Python loop adds them: equal to the bit for one
     # profile (merged profiles are summed per profile first, a rounding apart).
-    for k in range(nkeys):
+    for k in range(len(flat)):
         table.flat[k] += flat[k]
         table.cum[k] += cum[k]
-    if folded:
-        for s, i in zip(samples, leaf, strict=True):
+    if any(s.via for s in p.samples):
+        for s, i in zip(p.samples, leaf, strict=True):
             if i >= 0:
                 table.add_via(i, s.via, s.values[index])
     return total
@@ -146,6 +151,9 @@ def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "funct
     for p in profiles:
         vt = p.sample_types[index]
         sample_type, unit = vt.type, vt.unit
+        if core is not None:
+            total += _accumulate(p, index, granularity, table)
+            continue
         # Key ids per address, innermost first; computed once per distinct address.
         per_addr: dict[int, tuple[int, ...]] = {
             a: tuple(key_id(k) for k in location_keys(p.location(a), granularity))
@@ -153,9 +161,6 @@ def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "funct
         }
         no_stack = (key_id(Key(NO_STACK)),)
         folded = any(s.via for s in p.samples)
-        if core is not None:
-            total += _accumulate(p.samples, index, per_addr, no_stack[0], table, folded)
-            continue
         chain = itertools.chain.from_iterable
         for s in p.samples:
             v = s.values[index]
