@@ -1,8 +1,9 @@
 """Cheap facts about one ELF file, and the runtime-address to ELF-address translation.
 
 :class:`ElfInfo` reads only the ELF header, the program headers, the section headers and a
-few small sections (notes, ``.gnu_debuglink``); it never touches symbol tables or DWARF, so
-reading it for every module of a profile costs a few milliseconds.
+few small sections (notes, ``.gnu_debuglink``) through :mod:`heapscope.symbols.elfread`; it
+never touches symbol tables or DWARF, so reading it for every module of a profile costs well
+under a millisecond per module.
 """
 
 from __future__ import annotations
@@ -13,19 +14,25 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from heapscope.files import open_regular
 from heapscope.model import Mapping
+from heapscope.symbols.elfread import (
+    PT_LOAD,
+    PT_NOTE,
+    SHT_DYNAMIC,
+    SHT_NOTE,
+    SHT_STRTAB,
+    SHT_SYMTAB,
+    ElfError,
+    ElfHeaders,
+)
+
+__all__ = ["ElfError", "ElfInfo", "Segment", "file_crc32", "search_path"]
 
 PF_X = 0x1
+DT_NULL, DT_RPATH, DT_RUNPATH = 0, 15, 29
 NT_GNU_BUILD_ID = 3
 _MAX_NOTE_SECTION = 1 << 20  # notes are tiny; refuse to read a corrupt "note" of gigabytes
-
-
-class ElfError(ValueError):
-    """The file is not a readable ELF file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,61 +80,49 @@ class ElfInfo:
     @classmethod
     def read(cls, path: str) -> ElfInfo:
         """Read the cheap facts of ``path``; raise :class:`ElfError` if it is not ELF."""
-        try:
-            st = os.stat(path)
-            with open_regular(path) as fh:
-                if fh.read(4) != b"\x7fELF":
-                    raise ElfError(f"{path}: not an ELF file")
-                fh.seek(0)
-                return cls._parse(path, ELFFile(fh), st)
-        except ElfError:
-            raise
-        except OSError as exc:
-            raise ElfError(f"{path}: {exc.strerror or exc}") from exc
-        except Exception as exc:
-            # pyelftools raises a zoo of exception types (ELFError, struct.error, KeyError,
-            # construct errors, …) on truncated or corrupt files; all mean "unreadable ELF".
-            raise ElfError(f"{path}: corrupt ELF file ({type(exc).__name__}: {exc})") from exc
+        with ElfHeaders.open(path) as elf:
+            try:
+                st = os.fstat(elf.fileno())
+            except OSError as exc:
+                raise ElfError(f"{path}: {exc.strerror or exc}") from exc
+            return cls._parse(path, elf, st)
 
     @classmethod
-    def _parse(cls, path: str, elf: ELFFile, st: os.stat_result) -> ElfInfo:
-        little = bool(elf.little_endian)
-        segments = []
-        for seg in elf.iter_segments():
-            h = seg.header
-            if h.p_type == "PT_LOAD":
-                segments.append(
-                    Segment(h.p_offset, h.p_vaddr, h.p_filesz, h.p_memsz, h.p_flags, h.p_align)
-                )
+    def _parse(cls, path: str, elf: ElfHeaders, st: os.stat_result) -> ElfInfo:
+        if elf.sections_truncated:
+            # Facts from part of the sections could miss the build-id or the debug info.
+            raise ElfError(f"{path}: corrupt ELF file (truncated section header table)")
+        segments = tuple(
+            Segment(h.p_offset, h.p_vaddr, h.p_filesz, h.p_memsz, h.p_flags, h.p_align)
+            for h in elf.segments if h.p_type == PT_LOAD
+        )
         build_id = ""
         debuglink: tuple[str, int] | None = None
         has_debug_info = False
         has_symtab = False
-        for sec in elf.iter_sections():
-            h = sec.header
-            has_data = h.sh_type != "SHT_NOBITS" and h.sh_size > 0
-            if h.sh_type == "SHT_NOTE" and has_data and not build_id:
-                if h.sh_size <= _MAX_NOTE_SECTION:
-                    build_id = _gnu_build_id(sec.data(), little)
+        for sec in elf.sections:
+            has_data = sec.has_data
+            if sec.sh_type == SHT_NOTE and has_data and not build_id:
+                if sec.sh_size <= _MAX_NOTE_SECTION:
+                    build_id = _gnu_build_id(elf.data(sec), elf.little)
             elif sec.name == ".gnu_debuglink" and has_data:
-                debuglink = _parse_debuglink(sec.data(), little)
+                debuglink = _parse_debuglink(elf.data(sec), elf.little)
             elif sec.name in (".debug_info", ".zdebug_info") and has_data:
                 has_debug_info = True
-            elif h.sh_type == "SHT_SYMTAB" and has_data:
+            elif sec.sh_type == SHT_SYMTAB and has_data:
                 has_symtab = True
         if not build_id:
             # No section headers (e.g. sstrip'ed files): fall back to the PT_NOTE segments.
-            for seg in elf.iter_segments():
-                h = seg.header
-                if h.p_type == "PT_NOTE" and 0 < h.p_filesz <= _MAX_NOTE_SECTION:
-                    build_id = _gnu_build_id(seg.data(), little)
+            for seg in elf.segments:
+                if seg.p_type == PT_NOTE and 0 < seg.p_filesz <= _MAX_NOTE_SECTION:
+                    build_id = _gnu_build_id(elf.segment_data(seg), elf.little)
                     if build_id:
                         break
         return cls(
             path=path,
-            e_type=str(elf.header.e_type),
+            e_type=elf.e_type,
             build_id=build_id,
-            segments=tuple(segments),
+            segments=segments,
             debuglink=debuglink,
             has_debug_info=has_debug_info,
             has_symtab=has_symtab,
@@ -226,15 +221,9 @@ def search_path(path: str) -> tuple[str, ...]:
     """The folders a program's DT_RUNPATH (or DT_RPATH) names, ``$ORIGIN`` expanded: where its
     own shared libraries are installed. Empty when the file cannot be read."""
     try:
-        with open_regular(path) as fh:
-            elf = ELFFile(fh)
-            dynamic = elf.get_section_by_name(".dynamic")
-            if dynamic is None or not hasattr(dynamic, "iter_tags"):
-                return ()
-            found = [str(getattr(t, "runpath", "") or getattr(t, "rpath", ""))
-                     for t in dynamic.iter_tags()
-                     if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")]
-    except (OSError, ELFError, ValueError, AttributeError, KeyError, TypeError):
+        with ElfHeaders.open(path) as elf:
+            found = _runpaths(elf)
+    except ElfError:
         return ()  # not a readable ELF file: no search path
     origin = os.path.dirname(os.path.realpath(path))
     out = []
@@ -244,3 +233,26 @@ def search_path(path: str) -> tuple[str, ...]:
             if d:
                 out.append(os.path.normpath(d))
     return tuple(out)
+
+
+def _runpaths(elf: ElfHeaders) -> list[str]:
+    """The DT_RUNPATH and DT_RPATH strings of the ``.dynamic`` section, in table order."""
+    dynamic = elf.section_by_name(".dynamic")
+    if dynamic is None or dynamic.sh_type != SHT_DYNAMIC:
+        return []
+    strtab = elf.section(dynamic.sh_link)
+    if strtab is None or strtab.sh_type != SHT_STRTAB:
+        return []
+    strings = elf.data(strtab)
+    data = elf.data(dynamic)
+    fmt = elf.endian + ("qQ" if elf.elf64 else "iI")  # d_tag, d_val
+    entry = struct.calcsize(fmt)
+    found = []
+    for tag, value in struct.iter_unpack(fmt, data[: len(data) - len(data) % entry]):
+        if tag == DT_NULL:
+            break
+        if tag in (DT_RPATH, DT_RUNPATH):
+            end = strings.find(b"\0", value)
+            raw = strings[value : end if end >= 0 else len(strings)]
+            found.append(raw.decode("utf-8", "replace"))
+    return found

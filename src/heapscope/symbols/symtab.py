@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from dataclasses import dataclass
 
-from elftools.elf.elffile import ELFFile
-
-from heapscope.symbols.elf import ElfError
+from heapscope.symbols.elfread import SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB, ElfError, ElfHeaders
 
 STT_FUNC = 2
 STT_GNU_IFUNC = 10
@@ -23,46 +20,67 @@ SHN_UNDEF = 0
 _BIND_RANK = {STB_GLOBAL: 0, STB_WEAK: 1, STB_LOCAL: 2}
 
 
-@dataclass(frozen=True, slots=True)
-class _Sym:
-    start: int
-    end: int
-    name: str
-    rank: tuple[int, int, str]
-
-
 class SymbolTable:
-    """Sized function symbols sorted by start address, with interval lookup."""
+    """Sized function symbols sorted by start address, with interval lookup.
+
+    Names are decoded only for the symbols a lookup finds: a table read from a file keeps the
+    string-table offsets, because a module usually needs a few dozen of its thousands of
+    names (decoding and ranking all of libstdc++'s took longer than reading the table).
+    """
 
     def __init__(self, symbols: list[tuple[int, int, str, int]]) -> None:
         """Build from ``(start, size, name, binding)`` tuples (any order, sizes > 0)."""
-        syms = [
-            _Sym(start, start + size, name, (_BIND_RANK.get(bind, 3), _underscores(name), name))
-            for start, size, name, bind in symbols
-            if size > 0 and name
-        ]
-        syms.sort(key=lambda s: (s.start, s.end, s.rank))
-        self._syms = syms
-        self._starts = [s.start for s in syms]
+        rows = [(start, start + size, bind, name)
+                for start, size, name, bind in symbols if size > 0 and name]
+        self._build(rows, b"")
+
+    @classmethod
+    def _from_offsets(cls, rows: list[tuple[int, int, int, int]], strings: bytes
+                      ) -> SymbolTable:
+        """A table from ``(start, end, binding, name offset)`` rows of a string table."""
+        table = cls.__new__(cls)
+        table._build(rows, strings)
+        return table
+
+    def _build(self, rows: list[tuple[int, int, int, str]] | list[tuple[int, int, int, int]],
+               strings: bytes) -> None:
+        rows.sort()  # by start, then end (binding and name only make the order total)
+        self._starts = [r[0] for r in rows]
+        self._ends = [r[1] for r in rows]
+        self._binds = [r[2] for r in rows]
+        # A str is a decoded name; an int an offset into ``strings``, decoded on first use.
+        self._names: list[str | int] = [r[3] for r in rows]
+        self._strings = strings
         # _reach[i] = the furthest end among symbols 0..i; lets lookups find a long symbol that
         # encloses a shorter one that starts later (rare, but it happens with aliases/asm).
         reach: list[int] = []
         far = 0
-        for s in syms:
-            far = max(far, s.end)
+        for end in self._ends:
+            far = max(far, end)
             reach.append(far)
         self._reach = reach
 
     def __len__(self) -> int:
-        return len(self._syms)
+        return len(self._starts)
 
-    def _containing(self, vaddr: int) -> list[_Sym]:
+    def _name(self, i: int) -> str:
+        name = self._names[i]
+        if isinstance(name, int):
+            name = self._names[i] = _cstring(self._strings, name)
+        return name
+
+    def _rank(self, i: int) -> tuple[int, int, str]:
+        """Among aliases of one function (same start and size) prefer the exported name,
+        then the one with fewer leading underscores, then the first in byte order."""
+        name = self._name(i)
+        return (_BIND_RANK.get(self._binds[i], 3), _underscores(name), name)
+
+    def _containing(self, vaddr: int) -> list[int]:
         out = []
         i = bisect_right(self._starts, vaddr) - 1
         while i >= 0 and self._reach[i] > vaddr:
-            s = self._syms[i]
-            if s.end > vaddr:
-                out.append(s)
+            if self._ends[i] > vaddr:
+                out.append(i)
             i -= 1
         return out
 
@@ -74,80 +92,86 @@ class SymbolTable:
         found = self._containing(vaddr)
         if not found:
             return None
-        return min(found, key=lambda s: (s.end - s.start, s.rank)).name
+        if len(found) == 1:
+            return self._name(found[0])
+        starts, ends = self._starts, self._ends
+        return self._name(min(found, key=lambda i: (ends[i] - starts[i], self._rank(i))))
 
     def covers(self, vaddr: int, name: str) -> bool:
         """True when a function symbol called ``name`` contains ``vaddr``."""
-        return any(s.name == name for s in self._containing(vaddr))
+        return any(self._name(i) == name for i in self._containing(vaddr))
 
     @classmethod
     def read(cls, path: str) -> SymbolTable:
         """Read ``.symtab`` (else ``.dynsym``) of ``path``; raise ElfError if unreadable."""
         try:
-            with open(path, "rb") as fh:
-                return cls(_read_functions(ELFFile(fh)))
-        except OSError as exc:
-            raise ElfError(f"{path}: {exc.strerror or exc}") from exc
+            with ElfHeaders.open(path) as elf:
+                rows, strings = _function_rows(elf)
+        except ElfError:
+            raise
         except Exception as exc:
-            # pyelftools reports corrupt files with many exception types.
+            # Whatever else a corrupt table provokes (struct.error, MemoryError, …).
             raise ElfError(f"{path}: corrupt symbol table ({type(exc).__name__})") from exc
+        # Unnamed symbols name nothing; their offset points at the table's leading NUL.
+        named = [(start, start + size, bind, off) for start, size, bind, off in rows
+                 if strings[off : off + 1] not in (b"", b"\0")]
+        return cls._from_offsets(named, strings)
 
 
 def defined_functions(path: str) -> set[str]:
     """Names of the functions ``path`` defines (``.symtab``, else ``.dynsym``)."""
     try:
-        with open(path, "rb") as fh:
-            return {name for _start, _size, name, _bind in _read_functions(ELFFile(fh))}
-    except OSError as exc:
-        raise ElfError(f"{path}: {exc.strerror or exc}") from exc
+        with ElfHeaders.open(path) as elf:
+            rows, strings = _function_rows(elf)
+    except ElfError:
+        raise
     except Exception as exc:
         raise ElfError(f"{path}: unreadable ELF ({type(exc).__name__})") from exc
+    return {_cstring(strings, off) for _start, _size, _bind, off in rows}
 
 
 def _underscores(name: str) -> int:
     return len(name) - len(name.lstrip("_"))
 
 
-def _read_functions(elf: ELFFile) -> list[tuple[int, int, str, int]]:
-    """Function symbols of the best symbol table, decoded with struct (fast for 100k syms)."""
+def _cstring(strings: bytes, offset: int) -> str:
+    """The NUL-terminated string at ``offset`` of a string table ("" past its end)."""
+    stop = strings.find(b"\0", offset)
+    return strings[offset : stop if stop >= 0 else len(strings)].decode(
+        "utf-8", "surrogateescape")
+
+
+def _function_rows(elf: ElfHeaders) -> tuple[list[tuple[int, int, int, int]], bytes]:
+    """``(value, size, binding, name offset)`` of the defined, sized function symbols of the
+    best symbol table (the first non-empty SHT_SYMTAB, else SHT_DYNSYM), and its strings."""
     table = None
-    for kind in ("SHT_SYMTAB", "SHT_DYNSYM"):
-        for sec in elf.iter_sections():
-            if sec.header.sh_type == kind and sec.header.sh_size > 0:
-                table = sec
-                break
+    for kind in (SHT_SYMTAB, SHT_DYNSYM):
+        table = next((s for s in elf.sections if s.sh_type == kind and s.sh_size > 0), None)
         if table is not None:
             break
-    if table is None:
-        return []
-    strtab = elf.get_section(table.header.sh_link)
-    if strtab is None or strtab.header.sh_type == "SHT_NOBITS":
-        return []
-    strings: bytes = strtab.data()
-    data: bytes = table.data()
-    end = "<" if elf.little_endian else ">"
-    # pyelftools' Symbol objects cost ~23 µs each (230 ms for libc's 10,000 symbols, measured);
-    # unpacking the raw entries with struct reads the same table in under 20 ms.
-    if elf.elfclass == 64:
-        rows = [
-            (name_off, info, shndx, value, size)
-            for name_off, info, _other, shndx, value, size in struct.iter_unpack(
-                end + "IBBHQQ", data[: len(data) - len(data) % 24]
-            )
-        ]
-    else:
-        rows = [
-            (name_off, info, shndx, value, size)
-            for name_off, value, size, info, _other, shndx in struct.iter_unpack(
-                end + "IIIBBH", data[: len(data) - len(data) % 16]
-            )
-        ]
-    out: list[tuple[int, int, str, int]] = []
-    for name_off, info, shndx, value, size in rows:
-        kind = info & 0xF
-        if (kind != STT_FUNC and kind != STT_GNU_IFUNC) or size == 0 or shndx == SHN_UNDEF:
-            continue
-        stop = strings.find(b"\0", name_off)
-        raw = strings[name_off : stop if stop >= 0 else len(strings)]
-        out.append((value, size, raw.decode("utf-8", "surrogateescape"), info >> 4))
-    return out
+    strtab = elf.section(table.sh_link) if table is not None else None
+    if elf.sections_truncated and (table is None or strtab is None):
+        # The table or its strings may be in the part of the section headers that is cut off.
+        raise ElfError(f"{elf.path}: corrupt ELF file (truncated section header table)")
+    if table is None or strtab is None or strtab.sh_type == SHT_NOBITS:
+        return [], b""
+    strings = elf.data(strtab)
+    data = elf.data(table)
+    end = elf.endian
+    # One struct.iter_unpack pass over the raw entries (pyelftools' Symbol objects cost
+    # ~23 µs each: 230 ms for libc's 10,000 symbols); only the fields the filter needs.
+    if elf.elf64:
+        entries = struct.iter_unpack(end + "IBBHQQ", data[: len(data) - len(data) % 24])
+        return [
+            (value, size, info >> 4, name_off)
+            for name_off, info, _other, shndx, value, size in entries
+            if size and shndx != SHN_UNDEF
+            and ((info & 0xF) == STT_FUNC or (info & 0xF) == STT_GNU_IFUNC)
+        ], strings
+    entries = struct.iter_unpack(end + "IIIBBH", data[: len(data) - len(data) % 16])
+    return [
+        (value, size, info >> 4, name_off)
+        for name_off, value, size, info, _other, shndx in entries
+        if size and shndx != SHN_UNDEF
+        and ((info & 0xF) == STT_FUNC or (info & 0xF) == STT_GNU_IFUNC)
+    ], strings
