@@ -16,8 +16,8 @@ import os
 import tempfile
 from bisect import bisect_right
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from heapscope.errors import ToolError
@@ -71,6 +71,12 @@ class _Plan:
     dwarf: bool
     missing: list[int]
     result: list[list[RawFrame]] | BackendError | ToolError | None = None
+    # The module's addresses (address, lookup address, mapping) and the vaddr of those that
+    # have one; then, once checked, the Locations of those and whether the entry may be stored.
+    items: list[tuple[int, int, Mapping]] = field(default_factory=list)
+    vaddr_of: dict[int, int] = field(default_factory=dict)
+    locations: dict[int, Location] = field(default_factory=dict)
+    cacheable: bool = False
 
 
 class _Run:
@@ -137,7 +143,7 @@ class _Run:
         locations: dict[int, Location] = {}
         self.total = len(modules) + (1 if outside else 0)
         ordered = sorted(modules, key=lambda p: modules[p].mappings[0].start)
-        plans: list[tuple[Module, dict[int, Location], dict[int, int], _Plan | None]] = []
+        plans: list[tuple[Module, dict[int, Location], _Plan | None]] = []
         for path in ordered:
             mod = modules[path]
             self._report(f"locating {mod.name}")
@@ -146,14 +152,17 @@ class _Run:
             plan = None
             if mod.elf is not None and vaddr_of:
                 plan = self._plan(mod, mod.elf, sorted(set(vaddr_of.values())))
-            plans.append((mod, out, vaddr_of, plan))
-        # The symbolizer runs of all modules at once (one process each, on every core).
+                plan.items, plan.vaddr_of = by_module[path], vaddr_of
+            plans.append((mod, out, plan))
+        # The symbolizer runs of all modules at once (one process each, on every core); while
+        # they run, this thread reads symbol tables and checks the answers already there.
         self._lookup_all([p for *_, p in plans if p is not None])
-        for (mod, out, vaddr_of, plan), path in zip(plans, ordered, strict=True):
+        for mod, out, plan in plans:
+            # Diagnostics, cache entries and locations in module order, as they always were.
             self._report(f"symbolizing {mod.name}")
             if plan is not None:
-                out.update(self._assemble(by_module[path], vaddr_of, mod.name,
-                                          self._finish(plan)))
+                self._finish(plan)
+                out.update(plan.locations)
             locations.update(out)
             self.diagnostics.extend(mod.diagnostics)
             self.done += 1
@@ -236,8 +245,16 @@ class _Run:
         return _Plan(mod, elf, key, entry, best, dwarf, missing)
 
     def _lookup_all(self, plans: list[_Plan]) -> None:
-        """Run the DWARF lookups of every plan that needs one, concurrently."""
+        """Run the DWARF lookups of every plan that needs one, concurrently, and check every
+        plan's answers (:meth:`_check`) as soon as they are there.
+
+        The biggest debug files go first: the run that takes longest starts at once instead
+        of waiting for a free core behind the small ones (python3.11d's 24 MB of DWARF took
+        0.26 s, the other five modules 0.05-0.1 s each). Plans that need no symbolizer are
+        checked (symbol tables read) while the symbolizers run.
+        """
         todo = [p for p in plans if p.dwarf and p.missing]
+        todo.sort(key=lambda p: -p.best.size)  # stable: equal sizes keep module order
 
         def one(p: _Plan) -> list[list[RawFrame]] | BackendError | ToolError:
             try:
@@ -245,17 +262,33 @@ class _Run:
             except (BackendError, ToolError) as exc:
                 return exc
 
-        if len(todo) <= 1:
-            results = [one(p) for p in todo]
-        else:
-            workers = min(len(todo), os.cpu_count() or 2)
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                results = list(pool.map(one, todo))
-        for p, r in zip(todo, results, strict=True):
-            p.result = r
+        if not todo:
+            for p in plans:
+                self._check(p)
+            return
+        waiting = {id(p) for p in todo}
+        workers = min(len(todo), os.cpu_count() or 2)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures: dict[Future[list[list[RawFrame]] | BackendError | ToolError], _Plan] = {
+                pool.submit(one, p): p for p in todo
+            }
+            for p in plans:
+                if id(p) not in waiting:
+                    self._check(p)
+            for future in as_completed(futures):
+                p = futures[future]
+                p.result = future.result()
+                self._check(p)
 
-    def _finish(self, p: _Plan) -> dict[int, Chain]:
-        """Raw frames for each vaddr of one module: cache, else DWARF, else symbol table."""
+    def _check(self, p: _Plan) -> None:
+        """Raw frames for each missing vaddr of one module (DWARF answers checked against the
+        symbol table, else the symbol table alone) into its entry, and its Locations.
+
+        Runs as soon as the module's answer is there, in whatever order the symbolizers
+        finish; what must keep module order (the run-wide diagnostics, cache writes) waits
+        for :meth:`_finish`. Warnings about this module go to the module, in the order they
+        always had.
+        """
         entry, mod = p.entry, p.mod
         if p.missing:
             table = _LazySymbols(p.best, p.elf, mod)
@@ -268,21 +301,27 @@ class _Run:
                 cacheable = False
             elif isinstance(p.result, ToolError):
                 # No symbolizer at all: names from symbol tables (functions, no lines) are
-                # still names; never nothing. Said once for the whole run.
+                # still names; never nothing. Said once for the whole run, in _finish.
                 cacheable = False
-                if not self.no_symbolizer:
-                    self.no_symbolizer = str(p.result)
-                    self.diagnostics.append(Diagnostic(
-                        "llvm-symbolizer", "warning",
-                        f"{p.result}. Names come from the ELF symbol tables for now "
-                        "(functions, no file:line, no inlined frames)"))
             elif p.result is not None:
                 raw = p.result
+            frames = entry.frames
             for vaddr, chain in zip(p.missing, raw, strict=True):
-                entry.frames[vaddr] = tuple(_checked(chain, vaddr, table))
-            if cacheable:
-                self.cache.store(p.key, entry)
-        return entry.frames
+                frames[vaddr] = tuple(_checked(chain, vaddr, table))
+            p.cacheable = cacheable
+        p.locations = self._assemble(p.items, p.vaddr_of, mod.name, entry.frames)
+
+    def _finish(self, p: _Plan) -> None:
+        """The run-wide side of one checked module, in module order: the warning that there
+        is no symbolizer (once, at the first module that needed one) and the cache write."""
+        if p.missing and isinstance(p.result, ToolError) and not self.no_symbolizer:
+            self.no_symbolizer = str(p.result)
+            self.diagnostics.append(Diagnostic(
+                "llvm-symbolizer", "warning",
+                f"{p.result}. Names come from the ELF symbol tables for now "
+                "(functions, no file:line, no inlined frames)"))
+        if p.missing and p.cacheable:
+            self.cache.store(p.key, p.entry)
 
     def _frames(self, chain: Sequence[RawFrame]) -> tuple[Frame, ...]:
         """Model frames from raw ones: demangled names, ``inlined`` on all but the last."""
