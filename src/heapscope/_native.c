@@ -816,6 +816,203 @@ done:
     return result;
 }
 
+/* ---- tree_add: samples merged into a call tree by the path of frame names ---- */
+
+/* frames_of: address -> list of (name id, line, frame, kind) innermost first, filled from
+   frames(address) on a miss. children: (parent, name id) -> node, as a dict the Python tree
+   also uses; a new node is made by child(parent, frame, kind), which registers it there.
+   line: the nodes' lines (set to 0 where merged frames disagree). Adds each sample's first
+   `ncols` values to every node on its path into `columns` (lists of floats, one per value,
+   as long as the tree once the call returns). Samples whose values are all 0 are skipped. */
+static PyObject *tree_add_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *frames_of, *frames, *children, *child, *line, *columns;
+    int inverted;
+    if (!PyArg_ParseTuple(args, "OO!OO!OO!O!p", &samples, &PyDict_Type, &frames_of, &frames,
+                          &PyDict_Type, &children, &child, &PyList_Type, &line, &PyList_Type,
+                          &columns, &inverted))
+        return NULL;
+    Py_ssize_t ncols = PyList_GET_SIZE(columns);
+    if (ncols < 1 || ncols > 8) {
+        PyErr_SetString(PyExc_ValueError, "1 to 8 value columns");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *result = NULL;
+    double *acc = NULL; /* node-major: acc[node * ncols + col] */
+    Py_ssize_t acc_cap = 0;
+    PyObject **path = NULL; /* the frame entries of one stack, leaf first */
+    Py_ssize_t path_cap = 0;
+    Py_ssize_t *nodes = NULL;
+    Table kids = {0}; /* (parent, name id) -> node, mirrors `children` */
+    path_cap = 256;
+    path = PyMem_Malloc((size_t)path_cap * sizeof(PyObject *));
+    nodes = PyMem_Malloc((size_t)(path_cap + 1) * sizeof(Py_ssize_t));
+    if (path == NULL || nodes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (table_init(&kids, 65536) < 0) goto done;
+    {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(children, &pos, &key, &value)) {
+            if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2) {
+                PyErr_SetString(PyExc_TypeError, "children keys must be pairs");
+                goto done;
+            }
+            uint64_t k[2] = {PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(key, 0)),
+                             PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(key, 1))};
+            if (PyErr_Occurred()) goto done;
+            Slot *s = table_find(&kids, k, 2);
+            Py_INCREF(value);
+            if (table_put(&kids, s, k, 2, value) < 0) goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto done;
+        if (PyTuple_GET_SIZE(values) < ncols) {
+            PyErr_SetString(PyExc_IndexError, "too few values");
+            goto done;
+        }
+        double v[8];
+        int any = 0;
+        for (Py_ssize_t c = 0; c < ncols; c++) {
+            v[c] = PyFloat_AsDouble(PyTuple_GET_ITEM(values, c));
+            if (v[c] == -1.0 && PyErr_Occurred()) goto done;
+            any |= v[c] != 0;
+        }
+        if (!any) continue;
+        /* The stack's frames, leaf first. */
+        Py_ssize_t depth = 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(stack); j++) {
+            PyObject *a = PyTuple_GET_ITEM(stack, j);
+            PyObject *fr = PyDict_GetItemWithError(frames_of, a);
+            if (fr == NULL) {
+                if (PyErr_Occurred()) goto done;
+                fr = PyObject_CallOneArg(frames, a);
+                if (fr == NULL) goto done;
+                int bad = PyDict_SetItem(frames_of, a, fr);
+                Py_DECREF(fr);
+                if (bad < 0) goto done;
+            }
+            if (!PyList_Check(fr)) {
+                PyErr_SetString(PyExc_TypeError, "frames must be lists");
+                goto done;
+            }
+            for (Py_ssize_t x = 0; x < PyList_GET_SIZE(fr); x++) {
+                if (depth == path_cap) {
+                    path_cap *= 2;
+                    PyObject **p2 = PyMem_Realloc(path, (size_t)path_cap * sizeof(PyObject *));
+                    Py_ssize_t *n2 = PyMem_Realloc(nodes,
+                                                   (size_t)(path_cap + 1) * sizeof(Py_ssize_t));
+                    if (p2 != NULL) path = p2;
+                    if (n2 != NULL) nodes = n2;
+                    if (p2 == NULL || n2 == NULL) {
+                        PyErr_NoMemory();
+                        goto done;
+                    }
+                }
+                path[depth++] = PyList_GET_ITEM(fr, x);
+            }
+        }
+        /* Walk from the root: outermost caller first, or the leaf first when inverted. */
+        Py_ssize_t k = 0, count = 0;
+        nodes[count++] = 0;
+        for (Py_ssize_t d = 0; d < depth; d++) {
+            PyObject *entry = path[inverted ? d : depth - 1 - d];
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 4) {
+                PyErr_SetString(PyExc_TypeError, "frame entries must be 4-tuples");
+                goto done;
+            }
+            uint64_t key[2] = {(uint64_t)k, PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(entry, 0))};
+            if (PyErr_Occurred()) goto done;
+            Slot *s = table_find(&kids, key, 2);
+            Py_ssize_t next;
+            if (s->v == NULL) {
+                PyObject *node = PyObject_CallFunction(child, "nOO", k,
+                                                       PyTuple_GET_ITEM(entry, 2),
+                                                       PyTuple_GET_ITEM(entry, 3));
+                if (node == NULL) goto done;
+                if (table_put(&kids, s, key, 2, node) < 0) goto done;
+                s = table_find(&kids, key, 2);
+                next = PyLong_AsSsize_t(s->v);
+                if (next == -1 && PyErr_Occurred()) goto done;
+            } else {
+                next = PyLong_AsSsize_t(s->v);
+                if (next < 0 || next >= PyList_GET_SIZE(line)) {
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad node");
+                    goto done;
+                }
+                PyObject *have = PyList_GET_ITEM(line, next);
+                PyObject *want = PyTuple_GET_ITEM(entry, 1);
+                if (have != want) {
+                    int eq = PyObject_RichCompareBool(have, want, Py_EQ);
+                    if (eq < 0) goto done;
+                    if (!eq) {
+                        PyObject *zero = PyLong_FromLong(0);
+                        if (zero == NULL) goto done;
+                        PyList_SetItem(line, next, zero); /* steals */
+                    }
+                }
+            }
+            k = next;
+            nodes[count++] = k;
+        }
+        /* Each node lies on the path once, so recursion is not counted twice. */
+        for (Py_ssize_t x = 0; x < count; x++) {
+            Py_ssize_t node = nodes[x];
+            if (node < 0) {
+                PyErr_SetString(PyExc_ValueError, "bad node");
+                goto done;
+            }
+            if (node >= acc_cap) {
+                Py_ssize_t cap = acc_cap ? acc_cap : 4096;
+                while (cap <= node) cap *= 2;
+                double *a2 = PyMem_Realloc(acc, (size_t)(cap * ncols) * sizeof(double));
+                if (a2 == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                memset(a2 + acc_cap * ncols, 0, (size_t)((cap - acc_cap) * ncols) * sizeof(double));
+                acc = a2;
+                acc_cap = cap;
+            }
+            for (Py_ssize_t c = 0; c < ncols; c++) acc[node * ncols + c] += v[c];
+        }
+    }
+    /* Add the sums into the tree's columns. */
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        PyObject *col = PyList_GET_ITEM(columns, c);
+        if (!PyList_Check(col)) {
+            PyErr_SetString(PyExc_TypeError, "columns must be lists");
+            goto done;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(col) < acc_cap ? PyList_GET_SIZE(col) : acc_cap;
+        for (Py_ssize_t node = 0; node < n; node++) {
+            double add = acc[node * ncols + c];
+            if (add == 0) continue;
+            double was = PyFloat_AsDouble(PyList_GET_ITEM(col, node));
+            if (was == -1.0 && PyErr_Occurred()) goto done;
+            PyObject *sum = PyFloat_FromDouble(was + add);
+            if (sum == NULL) goto done;
+            PyList_SetItem(col, node, sum); /* steals */
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyMem_Free(acc);
+    PyMem_Free(path);
+    PyMem_Free(nodes);
+    table_free(&kids);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* Each entry point with the collector paused (see PAUSE_GC). */
 #define WITHOUT_GC(name)                                        \
     static PyObject *name(PyObject *self, PyObject *args) {    \
@@ -831,6 +1028,7 @@ WITHOUT_GC(leaf_pairs)
 WITHOUT_GC(cut_leading)
 WITHOUT_GC(sites)
 WITHOUT_GC(accumulate)
+WITHOUT_GC(tree_add)
 
 static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS,
@@ -849,6 +1047,9 @@ static PyMethodDef methods[] = {
      "sites(samples, candidates, fn) -> per sample (address index << 16 | frame index)."},
     {"accumulate", accumulate, METH_VARARGS,
      "accumulate(samples, index, key_ids, fn, no_stack) -> (flat, cum, total, leaf)."},
+    {"tree_add", tree_add, METH_VARARGS,
+     "tree_add(samples, frames_of, frames, children, child, line, columns, inverted): add "
+     "samples into a call tree."},
     {NULL, NULL, 0, NULL},
 };
 

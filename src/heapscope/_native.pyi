@@ -17,3 +17,7 @@ def sites(samples: Sequence[Any], candidates: dict[int, tuple[int, int, int, int
 def accumulate(samples: Sequence[Any], index: int, key_ids: dict[int, tuple[int, ...]],
                fn: Callable[[int], tuple[int, ...]], no_stack: int, /
                ) -> tuple[list[float], list[float], float, list[int]]: ...
+def tree_add(samples: Sequence[Any], frames_of: dict[int, list[tuple[int, int, Any, int]]],
+             frames: Callable[[int], list[tuple[int, int, Any, int]]],
+             children: dict[tuple[int, int], int], child: Callable[[int, Any, int], int],
+             line: list[int], columns: list[list[float]], inverted: bool, /) -> None: ...

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heapscope import native
-from heapscope.analysis import aggregate, fold, prune, unsample
+from heapscope.analysis import aggregate, fold, prune, tree, unsample
 from heapscope.analysis.aggregate import sort_rows
 from heapscope.errors import InputError
 from heapscope.formats import cache, jemalloc
@@ -28,7 +28,7 @@ DATA = Path(__file__).parent.parent / "data" / "dumps"
 CORPUS = Path(__file__).parent.parent / "fuzz" / "corpus"
 SEEDS = [(DATA / "dialects.heap").read_text(), (CORPUS / "jemalloc-5.3.m0.heap").read_text(),
          (CORPUS / "cpp-all-sampled.f.heap").read_text()]
-PASSES = (native, jemalloc, cache, unsample, prune, fold, aggregate)
+PASSES = (native, jemalloc, cache, unsample, prune, fold, aggregate, tree)
 core = native.core
 
 
@@ -111,7 +111,7 @@ def test_generated_dumps_read_the_same_by_the_compiled_loop(seed: int) -> None:
     assert _parsed(text) == _reference(text)
 
 
-# ---- the passes over a symbolized profile ----
+# ---- the passes over a symbolized profile, and the flame graph's tree ----
 
 NAMES = ["je:je_malloc_default", "je:imalloc_body", "libc:malloc", "libc:strdup",
          "operator new", "xmalloc@util.c:10", "std::vector<int>::_M_realloc@/usr/include/c++/12/"
@@ -147,6 +147,9 @@ def _passes(p: Profile) -> Iterator[object]:
             table = aggregate.aggregate([folded.profile], index, granularity)
             yield table.total, sort_rows(table)
     yield folded.profile.addresses(), folded.profile.caller_addresses()
+    for invert in (False, True):
+        yield tree.build_tree([p], invert=invert, frames=fold.FramePolicy()).to_json()
+        yield tree.build_tree([folded.profile, p], invert=invert, base=[pruned]).to_json()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,12 +14,13 @@ arrays, so the size grows with the number of distinct frames, not with the sampl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.analysis.fold import FramePolicy, frame_kinds
 from heapscope.model import HEAP_SAMPLE_TYPES, Location, Profile
+from heapscope.native import core
 
 ROOT_NAME = "all"
 NVALUES = len(HEAP_SAMPLE_TYPES)
@@ -181,11 +182,28 @@ def location_frames(loc: Location) -> list[FrameKey]:
             for f in loc.frames]
 
 
+def _add_compiled(tree: CallTree, profile: Profile, columns: list[list[float]],
+                  kinds: Callable[[int], tuple[str, ...]] | None) -> None:
+    """:func:`_add`'s loop over one profile, in C; frames are looked up as it reaches them."""
+    assert core is not None
+
+    def entries(a: int) -> list[tuple[int, int, FrameKey, int]]:
+        keys = location_frames(profile.location(a))
+        ks = kinds(a) if kinds is not None else ("",) * len(keys)
+        return [(tree.intern(f[0]), f[2], f, _KIND_ID[c]) for f, c in zip(keys, ks, strict=True)]
+
+    core.tree_add(profile.samples, {}, entries, tree._children, tree.child, tree.line, columns,
+                  tree.inverted)
+
+
 def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]],
          frames: FramePolicy | None) -> None:
     """Add every sample of ``profiles`` into ``columns`` (tree.values or tree.base)."""
     for profile in profiles:
         kinds = frame_kinds(profile, frames) if frames is not None else None
+        if core is not None:
+            _add_compiled(tree, profile, columns, kinds)
+            continue
         # Per address: its frames as (name id, frame, kind), innermost first.
         frames_of: dict[int, list[tuple[int, FrameKey, int]]] = {}
         children = tree._children
