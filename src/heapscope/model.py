@@ -72,13 +72,14 @@ class Mapping:
         return self.start <= address < self.limit
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """One function activation at a location; several when calls were inlined.
 
     ``function`` is the display name (demangled, parameters removed); ``full_name`` keeps the
     whole demangled signature and ``system_name`` the raw (mangled) symbol, when known. An
-    empty ``function`` means the address is not inside any known symbol.
+    empty ``function`` means the address is not inside any known symbol. A NamedTuple, as
+    are :class:`Location` and :class:`Sample`: a dump has tens of thousands of them and a
+    tuple is built twice as fast as a frozen dataclass.
     """
 
     function: str
@@ -89,8 +90,7 @@ class Frame:
     system_name: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Location:
+class Location(NamedTuple):
     """A code address, the mapping it falls in, and its frames once symbolized.
 
     ``module`` is the mapping's short name (or ``[jit]``/``[unknown]``), ``offset`` the address

@@ -184,7 +184,7 @@ def alias_modules(profile: Profile, aliases: MappingT[str, str]) -> Profile:
     """``profile`` with the module of each location in an aliased file renamed."""
     if not aliases:
         return profile
-    changed = {a: replace(loc, module=aliases[loc.mapping.path])
+    changed = {a: loc._replace(module=aliases[loc.mapping.path])
                for a, loc in profile.locations.items()
                if loc.mapping is not None and loc.mapping.path in aliases}
     if not changed:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import re
 
-import cxxfilt
-import pyderust
-
 _CACHE: dict[str, tuple[str, str]] = {}
 _CACHE_LIMIT = 200_000
 
@@ -76,6 +73,8 @@ def _demangle(raw: str) -> tuple[str, str]:
     clone = _RAW_CLONE.search(raw)
     base = raw[: clone.start()] if clone else raw
     if base.startswith("_R") or _RUST_LEGACY.match(base):
+        import pyderust  # imported when a Rust name turns up: C programs never pay for it
+
         try:
             full = str(pyderust.demangle(base))
         except Exception:  # pyderust.DemangleError, or anything odd from the extension
@@ -83,6 +82,8 @@ def _demangle(raw: str) -> tuple[str, str]:
         if full:
             return full, _RUST_HASH.sub("", full)
     if base.startswith("_Z"):
+        import cxxfilt  # imported (it loads libstdc++) when a C++ name turns up
+
         try:
             full = str(cxxfilt.demangle(raw))
         except Exception:  # cxxfilt.InvalidName; keep the raw name rather than fail
