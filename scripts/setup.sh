@@ -41,4 +41,5 @@ extra=""
 # regular install the same way.
 .venv/bin/python -m compileall -q src/heapscope >/dev/null
 # The compiled loops (heapscope._native) are optional for pip; here they must be there.
-.venv/bin/python -c "from heapscope.native import core, describe; assert core, describe()"
+.venv/bin/python -c "import sys; from heapscope.native import core, describe
+sys.exit(0 if core else f'heapscope setup: {describe()}')"
