@@ -389,3 +389,19 @@ def test_deterministic_and_reports_progress(built: dict[str, Path], tmp_path: Pa
     second = symbolize(profile(stacks, maps), opts(tmp_path))
     assert first == second
     assert seen[-1][1] == seen[-1][2] == 2
+
+
+def test_a_module_looked_up_in_several_runs_gets_the_same_names(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pie, lib = built["pie"], built["lib"]
+    maps = mappings_for(pie, EXE_BASE) + mappings_for(lib, LIB_BASE)
+    stacks = [[m.start + k * 3, m.start + k * 11 + 1] for m in maps if m.executable
+              for k in range(60)]
+    whole = symbolize(profile(stacks, maps), opts(tmp_path))
+    backend = CountingBackend()
+    monkeypatch.setattr("heapscope.symbols.resolve.CHUNK", 25)
+    parts = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
+    runs = [n for path, n in backend.calls if path == str(pie)]
+    assert len(runs) >= 2 and sum(runs) > 50  # the program's lookup was split
+    assert parts.profile.locations == whole.profile.locations
+    assert parts.diagnostics == whole.diagnostics
