@@ -104,7 +104,9 @@ class LlvmSymbolizer:
         if returncode != 0:
             detail = stderr.strip().splitlines()[-1:] or [f"exit status {returncode}"]
             raise BackendError(f"llvm-symbolizer failed on {path}: {detail[0]}")
-        lines = [ln for ln in stdout.splitlines() if ln.strip()]
+        # One answer per "\n"-ended line: LLVM writes U+2028 and U+0085 in paths unescaped,
+        # which str.splitlines would take for line ends too.
+        lines = [ln for ln in stdout.split("\n") if ln.strip()]
         if len(lines) != len(vaddrs):
             raise BackendError(
                 f"llvm-symbolizer gave {len(lines)} answers for {len(vaddrs)} addresses of {path}"
