@@ -369,21 +369,17 @@ class _Run:
     def _frames(self, chain: Sequence[RawFrame]) -> tuple[Frame, ...]:
         """Model frames from raw ones: demangled names, ``inlined`` on all but the last."""
         last = len(chain) - 1
+        memo = self._frame_memo
         out = []
         for i, raw in enumerate(chain):
-            key = (raw, i < last)
-            frame = self._frame_memo.get(key)
+            inlined = i < last
+            key = (raw, inlined)
+            frame = memo.get(key)
             if frame is None:
                 full, short = demangle(raw.function)
-                frame = Frame(
-                    function=short,
-                    file=raw.file,
-                    line=raw.line,
-                    inlined=i < last,
-                    full_name=full,
-                    system_name=raw.function,
-                )
-                self._frame_memo[key] = frame
+                # Positional: a NamedTuple is built faster without keywords.
+                frame = memo[key] = Frame(short, raw.file, raw.line, inlined, full,
+                                          raw.function)
             out.append(frame)
         return tuple(out)
 
