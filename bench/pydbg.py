@@ -39,9 +39,7 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -149,39 +147,6 @@ def prepare(work: Path, fresh: bool) -> Path:
     return dumps[0].resolve()
 
 
-def median_of(runs: list[Measured]) -> Measured:
-    """One row standing for several runs: the run with the median wall time (failed runs
-    win, so a failure is never hidden behind a median)."""
-    failed = [m for m in runs if not m.ok]
-    if failed:
-        return failed[0]
-    ordered = sorted(runs, key=lambda m: m.wall_s)
-    mid = ordered[(len(ordered) - 1) // 2]
-    wall = statistics.median(m.wall_s for m in runs)
-    rss = [m.rss_mb for m in runs if m.rss_mb is not None]
-    return Measured(mid.label, mid.cmd, True, 0, wall, statistics.median(rss) if rss else None,
-                    mid.rss_exact, mid.total, mid.total_unit)
-
-
-def time_heapscope(hs_cmd: list[str], hs_env: dict[str, str], dump: Path, runs: int
-                   ) -> tuple[list[Measured], list[Measured]]:
-    """``runs`` cold runs, each in a fresh cache directory followed by one warm run in it."""
-    top = [*hs_cmd, "top", "--show-bytes", str(dump)]
-    cold: list[Measured] = []
-    warm: list[Measured] = []
-    for _ in range(runs):
-        cache_dir = Path(tempfile.mkdtemp(prefix="heapscope-pydbg-cache-"))
-        try:
-            env = {**hs_env, "HEAPSCOPE_CACHE_DIR": str(cache_dir)}
-            c = bench.measure("heapscope top (cold)", top, env)
-            cold.append(c)
-            if c.ok:
-                warm.append(bench.measure("heapscope top (warm)", top, env))
-        finally:
-            shutil.rmtree(cache_dir, ignore_errors=True)
-    return cold, warm
-
-
 def main() -> int:
     """Prepare the dump, time jeprof and heapscope, print the table and the verdicts."""
     ap = argparse.ArgumentParser(description="heapscope vs jeprof on a python3.11d dump")
@@ -211,17 +176,17 @@ def main() -> int:
     if jeprof is not None:
         print(f"timing jeprof --text ({runs} runs) ...", flush=True)
         cmd = [str(jeprof), "--text", "--show_bytes", str(PYTHON_DBG), str(dump)]
-        jp = median_of([bench.measure("jeprof --text", cmd) for _ in range(runs)])
+        jp = bench.median_of([bench.measure("jeprof --text", cmd) for _ in range(runs)])
         results.append(jp)
     elif not args.no_jeprof:
         print("jeprof not found (apt-get install libjemalloc-dev): skipping jeprof")
 
     hs_cmd, hs_env = bench.heapscope_command(args.heapscope)
     print(f"timing heapscope top ({runs} x cold, then warm) ...", flush=True)
-    cold_runs, warm_runs = time_heapscope(hs_cmd, hs_env, dump, runs)
-    cold = median_of(cold_runs)
+    cold_runs, warm_runs = bench.time_heapscope(hs_cmd, hs_env, dump, runs)
+    cold = bench.median_of(cold_runs)
     results.append(cold)
-    warm = median_of(warm_runs) if warm_runs else None
+    warm = bench.median_of(warm_runs) if warm_runs else None
     if warm is not None:
         results.append(warm)
 
