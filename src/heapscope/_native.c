@@ -142,6 +142,42 @@ static int sample_fields(PyObject *s, PyObject **stack, PyObject **values, PyObj
     return 0;
 }
 
+/* ---- lookups through an identity cache ---- */
+
+/* dict[key], filled from fn(key) on a miss, through `seen`: a table by the key object's
+   identity. A parse shares equal addresses, so most lookups of a million frames need no
+   hashing at all. Returns a borrowed reference (the dict holds it), NULL on error. */
+static PyObject *cached_get(Table *seen, PyObject *dict, PyObject *key, PyObject *fn) {
+    uint64_t k = (uint64_t)(uintptr_t)key;
+    Slot *s = table_find(seen, &k, 1);
+    if (s->v != NULL) return PyTuple_GET_ITEM(s->v, 1);
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    if (v == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        PyObject *got = PyObject_CallOneArg(fn, key);
+        if (got == NULL) return NULL;
+        int bad = PyDict_SetItem(dict, key, got);
+        Py_DECREF(got);
+        if (bad < 0) return NULL;
+        v = got;
+    }
+    /* The table holds the key too, so its identity is not reused while the table lives. */
+    PyObject *pair = PyTuple_Pack(2, key, v);
+    if (pair == NULL) return NULL;
+    if (table_put(seen, s, &k, 1, pair) < 0) return NULL;
+    return v;
+}
+
+/* True the first time `key` (by identity) is offered to `seen`; -1 on error. */
+static int first_sight(Table *seen, PyObject *key) {
+    uint64_t k = (uint64_t)(uintptr_t)key;
+    Slot *s = table_find(seen, &k, 1);
+    if (s->v != NULL) return 0;
+    Py_INCREF(key);
+    if (table_put(seen, s, &k, 1, key) < 0) return -1;
+    return 1;
+}
+
 /* ---- parse_records: the stack records of a heap_v2 dump ---- */
 
 typedef struct {
@@ -515,7 +551,10 @@ static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *out = PyList_New(ns), *leaves = PySet_New(NULL);
-    if (out == NULL || leaves == NULL) goto fail;
+    Table known = {0}, leafs = {0};
+    if (out == NULL || leaves == NULL || table_init(&known, 4096) < 0 ||
+        table_init(&leafs, 4096) < 0)
+        goto fail;
     for (Py_ssize_t i = 0; i < ns; i++) {
         PyObject *stack, *values, *threads, *via;
         if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
@@ -528,17 +567,9 @@ static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
         if (pruned == NULL) {
             Py_ssize_t n = PyTuple_GET_SIZE(stack), cut = 0;
             for (Py_ssize_t j = 0; j + 1 < n; j++) {
-                PyObject *a = PyTuple_GET_ITEM(stack, j);
-                PyObject *code = PyDict_GetItemWithError(codes, a);
-                if (code == NULL) {
-                    if (PyErr_Occurred()) goto fail;
-                    /* Only addresses at a stack's leaf end are ever looked at. */
-                    code = PyObject_CallOneArg(fn, a);
-                    if (code == NULL) goto fail;
-                    int bad = PyDict_SetItem(codes, a, code);
-                    Py_DECREF(code);
-                    if (bad < 0) goto fail;
-                }
+                /* Only addresses at a stack's leaf end are ever looked at. */
+                PyObject *code = cached_get(&known, codes, PyTuple_GET_ITEM(stack, j), fn);
+                if (code == NULL) goto fail;
                 long c = PyLong_AsLong(code);
                 if (c == -1 && PyErr_Occurred()) goto fail;
                 if (c == 1)
@@ -565,8 +596,10 @@ static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
         } else {
             sample = new_sample((PyTypeObject *)cls, pruned, values, threads, via);
         }
-        if (sample == NULL ||
-            (PyTuple_GET_SIZE(pruned) && PySet_Add(leaves, PyTuple_GET_ITEM(pruned, 0)) < 0)) {
+        int first = PyTuple_GET_SIZE(pruned) ? first_sight(&leafs, PyTuple_GET_ITEM(pruned, 0))
+                                             : 0;
+        if (sample == NULL || first < 0 ||
+            (first && PySet_Add(leaves, PyTuple_GET_ITEM(pruned, 0)) < 0)) {
             Py_XDECREF(sample);
             Py_DECREF(pruned);
             goto fail;
@@ -574,9 +607,13 @@ static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
         Py_DECREF(pruned);
         PyList_SET_ITEM(out, i, sample);
     }
+    table_free(&known);
+    table_free(&leafs);
     Py_DECREF(seq);
     return Py_BuildValue("(NN)", out, leaves);
 fail:
+    table_free(&known);
+    table_free(&leafs);
     Py_XDECREF(out);
     Py_XDECREF(leaves);
     Py_DECREF(seq);
@@ -598,25 +635,17 @@ static PyObject *sites_impl(PyObject *self, PyObject *args) {
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *out = PyList_New(ns);
-    if (out == NULL) goto fail;
+    Table known = {0};
+    if (out == NULL || table_init(&known, 4096) < 0) goto fail;
     for (Py_ssize_t i = 0; i < ns; i++) {
         PyObject *stack, *values, *threads, *via;
         if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
         Py_ssize_t n = PyTuple_GET_SIZE(stack);
         long found = -1, jni = -1, dep = -1, plain = -1;
         for (Py_ssize_t j = 0; j < n && found < 0; j++) {
-            PyObject *a = PyTuple_GET_ITEM(stack, j);
-            PyObject *c = PyDict_GetItemWithError(cands, a);
-            if (c == NULL) {
-                if (PyErr_Occurred()) goto fail;
-                /* Only the addresses a search reaches are classified: usually the leaf. */
-                PyObject *got = PyObject_CallOneArg(fn, a);
-                if (got == NULL) goto fail;
-                int bad = PyDict_SetItem(cands, a, got);
-                Py_DECREF(got);
-                if (bad < 0) goto fail;
-                c = got; /* the dict holds it */
-            }
+            /* Only the addresses a search reaches are classified: usually the leaf. */
+            PyObject *c = cached_get(&known, cands, PyTuple_GET_ITEM(stack, j), fn);
+            if (c == NULL) goto fail;
             if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != 4) {
                 PyErr_SetString(PyExc_TypeError, "candidates must be 4-tuples");
                 goto fail;
@@ -644,9 +673,11 @@ static PyObject *sites_impl(PyObject *self, PyObject *args) {
         if (num == NULL) goto fail;
         PyList_SET_ITEM(out, i, num);
     }
+    table_free(&known);
     Py_DECREF(seq);
     return out;
 fail:
+    table_free(&known);
     Py_XDECREF(out);
     Py_DECREF(seq);
     return NULL;
@@ -729,17 +760,10 @@ static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
         for (Py_ssize_t j = 0; j < n; j++) {
             PyObject *a = PyTuple_GET_ITEM(stack, j);
             uint64_t k = (uint64_t)(uintptr_t)a;
-            Slot *s = table_find(&known, &k, 1);
-            if (s->v == NULL) {
-                PyObject *ids = PyDict_GetItemWithError(per_addr, a);
-                if (ids == NULL) {
-                    if (PyErr_Occurred()) goto done;
-                    ids = PyObject_CallOneArg(fn, a);
-                    if (ids == NULL) goto done;
-                    int bad = PyDict_SetItem(per_addr, a, ids);
-                    Py_DECREF(ids);
-                    if (bad < 0) goto done;
-                }
+            int fresh = table_find(&known, &k, 1)->v == NULL;
+            PyObject *ids = cached_get(&known, per_addr, a, fn);
+            if (ids == NULL) goto done;
+            if (fresh) { /* a new address: check its ids and make room for them */
                 if (!PyTuple_Check(ids)) {
                     PyErr_SetString(PyExc_TypeError, "key ids must be tuples");
                     goto done;
@@ -754,12 +778,7 @@ static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
                     if (sums_fit(&m, id) < 0) goto done;
                     if (id > top) top = id;
                 }
-                /* The table holds the address too: its identity cannot be reused meanwhile. */
-                PyObject *pair = PyTuple_Pack(2, a, ids);
-                if (pair == NULL || table_put(&known, s, &k, 1, pair) < 0) goto done;
-                s = table_find(&known, &k, 1);
             }
-            PyObject *ids = PyTuple_GET_ITEM(s->v, 1);
             Py_ssize_t count = PyTuple_GET_SIZE(ids);
             for (Py_ssize_t x = 0; x < count; x++) {
                 Py_ssize_t id = PyLong_AsSsize_t(PyTuple_GET_ITEM(ids, x));
