@@ -11,7 +11,7 @@ import pytest
 from heapscope.model import Mapping
 from heapscope.symbols import SymbolOptions, symbolize
 from heapscope.symbols.elf import ElfInfo
-from heapscope.symbols.llvm import RawFrame
+from heapscope.symbols.llvm import BackendError, LlvmSymbolizer, RawFrame
 from heapscope.symbols.options import ModuleFacts
 
 from .test_symbols_support import (
@@ -405,3 +405,38 @@ def test_a_module_looked_up_in_several_runs_gets_the_same_names(
     assert len(runs) >= 2 and sum(runs) > 50  # the program's lookup was split
     assert parts.profile.locations == whole.profile.locations
     assert parts.diagnostics == whole.diagnostics
+
+
+def test_modules_sharing_one_symbolizer_run_get_their_own_answers(
+        built: dict[str, Path], tmp_path: Path) -> None:
+    pie, lib = built["pie"], built["lib_full"]
+    quoted = tmp_path / 'a "quoted" name'
+    shutil.copy(pie, quoted)
+    broken = tmp_path / "not-elf"
+    broken.write_text("hello\n")
+    pie_addrs = sorted(start + 1 for start, _ in functions(pie).values())
+    lib_addrs = sorted(start + 2 for start, _ in functions(lib).values())
+    backend = LlvmSymbolizer()
+    alone = [backend.lookup(str(pie), pie_addrs), backend.lookup(str(lib), lib_addrs)]
+    backend.calls = 0
+    got = backend.lookup_many([(str(pie), pie_addrs), (str(broken), [0x10]),
+                               (str(lib), lib_addrs), (str(quoted), pie_addrs), (str(pie), [])])
+    assert got[0] == alone[0] and got[2] == alone[1] and got[3] == alone[0] and got[4] == []
+    assert isinstance(got[1], BackendError) and str(broken) in str(got[1])
+    assert backend.calls == 2  # one shared run; the quoted path cannot be named on a line
+
+
+def test_modules_looked_up_together_are_named_as_one_by_one(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one shared run for the small modules
+    pie = built["pie"]
+    other = build_c("inline.c", tmp_path / "libother.so", "-O1", "-g", "-fPIC", "-shared")
+    maps = mappings_for(pie, EXE_BASE) + mappings_for(other, LIB_BASE)
+    stacks = [[m.start + k * 5, m.start + k * 17 + 1] for m in maps if m.executable
+              for k in range(40)]
+    together = LlvmSymbolizer()
+    shared = symbolize(profile(stacks, maps), opts(tmp_path), backend=together)
+    alone = CountingBackend()  # no lookup_many: one run per module
+    single = symbolize(profile(stacks, maps), opts(tmp_path), backend=alone)
+    assert together.calls == 1 and len(alone.calls) == 2
+    assert shared == single

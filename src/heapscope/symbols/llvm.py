@@ -1,7 +1,8 @@
-"""The DWARF backend: one batch ``llvm-symbolizer`` process per module.
+"""The DWARF backend: batch ``llvm-symbolizer`` processes.
 
-Starting a process costs ~55 ms, so all of a module's addresses go through one process on
-stdin (20,000 addresses of a 31 MB binary take about 2 s). Names are requested raw
+Starting a process costs ~40-55 ms, so all of a module's addresses go through one process on
+stdin (20,000 addresses of a 31 MB binary take about 2 s), and modules with few addresses
+share one (:meth:`LlvmSymbolizer.lookup_many`). Names are requested raw
 (``--no-demangle --functions=linkage``) and demangled by :mod:`heapscope.symbols.demangle`,
 because LLVM 14 leaves Rust legacy names and some C++ names mangled.
 """
@@ -111,15 +112,62 @@ class LlvmSymbolizer:
             raise BackendError(
                 f"llvm-symbolizer gave {len(lines)} answers for {len(vaddrs)} addresses of {path}"
             )
-        out: list[list[RawFrame]] = []
-        for ln in lines:
-            frames, failed = _parse_answer(ln)
-            if failed:
-                # Our input lines are always valid, so an error is about the object file; LLVM
-                # reports it once, on the first address, and answers "no symbol" after that.
-                raise BackendError(f"llvm-symbolizer cannot read {path}: {_first_error(ln)}")
-            out.append(frames)
+        # Our input lines are always valid, so an error is about the object file.
+        got = _answers(path, lines)
+        if isinstance(got, BackendError):
+            raise got
+        return got
+
+
+    def lookup_many(self, requests: Sequence[tuple[str, Sequence[int]]]
+                    ) -> list[list[list[RawFrame]] | BackendError]:
+        """Resolve the addresses of several objects in one process (each input line names its
+        object): one start-up instead of one per object. Per object, its answers or why it
+        could not be read. Objects whose path cannot be written on such a line (a double
+        quote or a line end in it) and runs that fail as a whole go one by one."""
+        quotable = [not any(c in path for c in '"\n\r') for path, _ in requests]
+        todo = [(path, vaddrs) for (path, vaddrs), ok in zip(requests, quotable, strict=True)
+                if ok and vaddrs]
+        answers: dict[int, list[list[RawFrame]] | BackendError] = {}
+        if len(todo) > 1:
+            cmd = [self.executable, "--output-style=JSON", "--inlines", "--no-demangle",
+                   "--functions=linkage"]
+            stdin = "".join(f'"{path}" {v:#x}\n' for path, vaddrs in todo for v in vaddrs)
+            self.calls += 1
+            try:
+                returncode, stdout, _stderr = _run(cmd, stdin)
+            except OSError as exc:
+                raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
+            lines = [ln for ln in stdout.split("\n") if ln.strip()]
+            if returncode == 0 and len(lines) == sum(len(v) for _, v in todo):
+                at = 0
+                for k, ((path, vaddrs), ok) in enumerate(zip(requests, quotable, strict=True)):
+                    if not ok or not vaddrs:
+                        continue
+                    answers[k] = _answers(path, lines[at:at + len(vaddrs)])
+                    at += len(vaddrs)
+        out: list[list[list[RawFrame]] | BackendError] = []
+        for k, (path, vaddrs) in enumerate(requests):
+            got = answers.get(k)
+            if got is None:  # alone: not quotable, no addresses, or the shared run failed
+                try:
+                    got = self.lookup(path, vaddrs)
+                except BackendError as exc:
+                    got = exc
+            out.append(got)
         return out
+
+
+def _answers(path: str, lines: list[str]) -> list[list[RawFrame]] | BackendError:
+    """One object's frames from its answer lines, or the error that its file cannot be read
+    (LLVM says so on the first address and answers "no symbol" after that)."""
+    out: list[list[RawFrame]] = []
+    for ln in lines:
+        frames, failed = _parse_answer(ln)
+        if failed:
+            return BackendError(f"llvm-symbolizer cannot read {path}: {_first_error(ln)}")
+        out.append(frames)
+    return out
 
 
 def _run(cmd: list[str], stdin: str) -> tuple[int, str, str]:

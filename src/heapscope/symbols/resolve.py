@@ -37,6 +37,8 @@ JIT = "[jit]"
 # Addresses a module needs before its lookup is split across several symbolizer runs: below
 # that, reading the debug file again in a second run costs more than the answers it shares.
 CHUNK = 3000
+# Below this many addresses a module shares its symbolizer run with other such modules.
+SMALL = 500
 UNKNOWN = "[unknown]"
 
 
@@ -268,40 +270,66 @@ class _Run:
                 self._check(p)
             return
         cores = os.cpu_count() or 2
-        runs: list[tuple[_Plan, int, int]] = []  # plan, first and end index of its missing
+        Part = tuple[_Plan, int, int]  # a plan, first and end index of its missing vaddrs
+        big: list[Part] = []
+        small: list[_Plan] = []
         for p in todo:
+            if len(p.missing) < SMALL and hasattr(self.backend, "lookup_many"):
+                small.append(p)
+                continue
             parts = max(1, min(cores, len(p.missing) // CHUNK))
             size = -(-len(p.missing) // parts)
-            runs += [(p, i, min(i + size, len(p.missing)))
-                     for i in range(0, len(p.missing), size)]
+            big += [(p, i, min(i + size, len(p.missing)))
+                    for i in range(0, len(p.missing), size)]
         # Stable: equal keys keep module order.
-        runs.sort(key=lambda r: (-(r[2] - r[1]), -r[0].best.size))
+        big.sort(key=lambda r: (-(r[2] - r[1]), -r[0].best.size))
+        # Modules with few addresses share runs, one per core at most, the biggest debug
+        # files spread first (a run's start-up costs as much as 2,000 answers).
+        groups: list[list[Part]] = [[] for _ in range(min(cores, len(small)))]
+        weight = [0] * len(groups)
+        for p in sorted(small, key=lambda p: -p.best.size):
+            k = weight.index(min(weight))
+            groups[k].append((p, 0, len(p.missing)))
+            weight[k] += p.best.size
+        runs: list[list[Part]] = [[r] for r in big] + [g for g in groups if g]
         answers: dict[tuple[int, int], list[list[RawFrame]] | BackendError | ToolError] = {}
-        left = {id(p): 0 for p in todo}
-        for p, _, _ in runs:
-            left[id(p)] += 1
+        starts: dict[int, list[int]] = {id(p): [] for p in todo}  # each plan's parts
+        for run in runs:
+            for p, lo, _ in run:
+                starts[id(p)].append(lo)
+        left = {k: len(v) for k, v in starts.items()}
 
-        def one(p: _Plan, lo: int, hi: int) -> list[list[RawFrame]] | BackendError | ToolError:
+        def one(run: list[Part]) -> None:
+            if len(run) > 1:
+                many = self.backend.lookup_many  # type: ignore[attr-defined]
+                try:
+                    got = many([(p.best.path, p.missing[lo:hi]) for p, lo, hi in run])
+                except ToolError as exc:
+                    got = [exc] * len(run)
+                for (p, lo, _), answer in zip(run, got, strict=True):
+                    answers[id(p), lo] = answer
+                return
+            p, lo, hi = run[0]
             try:
-                return self.backend.lookup(p.best.path, p.missing[lo:hi])
+                answers[id(p), lo] = self.backend.lookup(p.best.path, p.missing[lo:hi])
             except (BackendError, ToolError) as exc:
-                return exc
+                answers[id(p), lo] = exc
 
         # Plain threads and queues (concurrent.futures would add its and logging's imports
         # to every start-up): workers take runs in order and hand back each answer.
-        tasks: queue.SimpleQueue[tuple[_Plan, int, int] | None] = queue.SimpleQueue()
-        done: queue.SimpleQueue[tuple[_Plan, int, int]] = queue.SimpleQueue()
-        for r in runs:
-            tasks.put(r)
+        tasks: queue.SimpleQueue[list[Part] | None] = queue.SimpleQueue()
+        done: queue.SimpleQueue[list[Part]] = queue.SimpleQueue()
+        for run in runs:
+            tasks.put(run)
         failed: list[BaseException] = []
 
         def work() -> None:
-            while (r := tasks.get()) is not None:
+            while (run := tasks.get()) is not None:
                 try:
-                    answers[id(r[0]), r[1]] = one(*r)
+                    one(run)
                 except BaseException as exc:  # raised again in the caller's thread
                     failed.append(exc)
-                done.put(r)
+                done.put(run)
 
         threads = [threading.Thread(target=work, daemon=True)
                    for _ in range(min(len(runs), cores))]
@@ -312,14 +340,14 @@ class _Run:
             if id(p) not in left:
                 self._check(p)
         for _ in runs:
-            p, _lo, _hi = done.get()
+            finished = done.get()
             if failed:
                 raise failed[0]
-            left[id(p)] -= 1
-            if left[id(p)] == 0:
-                p.result = _joined([answers[id(p), lo]
-                                    for lo in sorted(lo for q, lo, _ in runs if q is p)])
-                self._check(p)
+            for p, _lo, _hi in finished:
+                left[id(p)] -= 1
+                if left[id(p)] == 0:
+                    p.result = _joined([answers[id(p), lo] for lo in sorted(starts[id(p)])])
+                    self._check(p)
         for t in threads:
             t.join()
 
