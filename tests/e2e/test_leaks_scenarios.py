@@ -95,7 +95,13 @@ _SHORT = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK),
 # times the level's counting noise, so a draw of fewer samples than usual leaves it within
 # the noise and "steady" is an honest answer (seen in about 1 run in 10 of CI). It must never
 # be called bounded or churn.
-_SHORT3 = {**_SHORT, "leak_slow": Site(GROWING_OR_LEAK | STEADY)}
+# Over 3 dumps the noise comes from two steps: when they differ by more than a Poisson
+# count's chance lets them (1 run in 20 whatever the rate: judge_counts on simulated
+# Poisson steps of 30 and 88 samples gave 5.3% and 5.1% `growing`), the drift test takes a
+# Student t reference with one degree of freedom and says `growing`, which --fail-on-leak
+# still counts (fails closed). Seen once in CI.
+_SHORT3 = {**_SHORT, "leak_fast": Site(GROWING_OR_LEAK),
+           "leak_slow": Site(GROWING_OR_LEAK | STEADY)}
 _WORKER = {"load_config": Site(STEADY), "handle_requests": Site(NOT_GROWING)}
 
 
@@ -503,18 +509,21 @@ def test_suppressions(series: SeriesRuns, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["rates_n3", "rates_n6"])
 def test_short_series_name_the_whole_growth(series: SeriesRuns, name: str) -> None:
-    """Three or six dumps: a leak growing ~88 samples a dump is a leak already, and the
-    growth reported is all of it (the final dump repeats the last step and adds nothing)."""
+    """Three or six dumps: a leak growing ~88 samples a dump is a leak already (at three, 1
+    run in 20 says `growing`, see _SHORT3), and the growth reported is all of it (the final
+    dump repeats the last step and adds nothing); --fail-on-leak fails either way."""
     run = series.get(name)
     steps = run.scenario.steps
     _, fast = run.one("leak_fast")
-    assert fast["verdict"] == "leak", run.describe()
+    assert fast["verdict"] in run.scenario.truth["main"]["leak_fast"].verdicts, run.describe()
     assert fast["judged_dumps"] == steps, run.describe()
     assert fast["growth_bytes"] == pytest.approx((steps - 1) * 400 * 1024, rel=0.2), \
         run.describe()
-    assert fast["p_value"] < 0.01 and fast["growth_bytes_per_dump_95"][0] > 0, run.describe()
     (proc,) = run.processes
-    assert proc["verdict"] == "leaks", run.describe()
+    if fast["verdict"] == "leak":
+        assert fast["p_value"] < 0.01 and fast["growth_bytes_per_dump_95"][0] > 0, \
+            run.describe()
+        assert proc["verdict"] == "leaks", run.describe()
     p = run.leaks("--fail-on-leak", str(200 * 1024), expect_rc=None)
     assert p.returncode == LEAK_EXIT, p.stderr
 
