@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from heapscope.analysis.fold import FramePolicy, frame_kinds
@@ -182,18 +183,16 @@ def location_frames(loc: Location) -> list[FrameKey]:
             for f in loc.frames]
 
 
-def _add_compiled(tree: CallTree, profile: Profile, columns: list[list[float]],
-                  kinds: Callable[[int], tuple[str, ...]] | None) -> None:
-    """:func:`_add`'s loop over one profile, in C; frames are looked up as it reaches them."""
-    assert core is not None
+# One frame of an address as both loops walk it: (name id, line, frame, kind id).
+_Entry = tuple[int, int, FrameKey, int]
 
-    def entries(a: int) -> list[tuple[int, int, FrameKey, int]]:
-        keys = location_frames(profile.location(a))
-        ks = kinds(a) if kinds is not None else ("",) * len(keys)
-        return [(tree.intern(f[0]), f[2], f, _KIND_ID[c]) for f, c in zip(keys, ks, strict=True)]
 
-    core.tree_add(profile.samples, {}, entries, tree._children, tree.child, tree.line, columns,
-                  tree.inverted)
+def _entries(tree: CallTree, profile: Profile, kinds: Callable[[int], tuple[str, ...]] | None,
+             a: int) -> list[_Entry]:
+    """The frames of address ``a``, innermost first, as tree entries."""
+    keys = location_frames(profile.location(a))
+    ks = kinds(a) if kinds is not None else ("",) * len(keys)
+    return [(tree.intern(f[0]), f[2], f, _KIND_ID[c]) for f, c in zip(keys, ks, strict=True)]
 
 
 def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]],
@@ -202,34 +201,32 @@ def _add(tree: CallTree, profiles: Iterable[Profile], columns: list[list[float]]
     for profile in profiles:
         kinds = frame_kinds(profile, frames) if frames is not None else None
         if core is not None:
-            _add_compiled(tree, profile, columns, kinds)
+            # The same walk in C; frames are looked up as it reaches them.
+            core.tree_add(profile.samples, {}, partial(_entries, tree, profile, kinds),
+                          tree._children, tree.child, tree.line, columns, tree.inverted)
             continue
-        # Per address: its frames as (name id, frame, kind), innermost first.
-        frames_of: dict[int, list[tuple[int, FrameKey, int]]] = {}
+        frames_of: dict[int, list[_Entry]] = {}
         children = tree._children
         line = tree.line
         for s in profile.samples:
             vals = s.values
             if not any(vals[:NVALUES]):
                 continue
-            seq: list[tuple[int, FrameKey, int]] = []
+            seq: list[_Entry] = []
             for a in s.stack:
                 fr = frames_of.get(a)
                 if fr is None:
-                    keys = location_frames(profile.location(a))
-                    ks = kinds(a) if kinds is not None else ("",) * len(keys)
-                    fr = frames_of[a] = [(tree.intern(f[0]), f, _KIND_ID[c])
-                                         for f, c in zip(keys, ks, strict=True)]
+                    fr = frames_of[a] = _entries(tree, profile, kinds, a)
                 seq.extend(fr)
             if not tree.inverted:
                 seq.reverse()
             k = 0
             nodes = [0]
-            for name_id, frame, kind in seq:
+            for name_id, line_no, frame, kind in seq:
                 nxt = children.get((k, name_id))
                 if nxt is None:
                     nxt = tree.child(k, frame, kind)
-                elif line[nxt] != frame[2]:
+                elif line[nxt] != line_no:
                     line[nxt] = 0
                 k = nxt
                 nodes.append(k)

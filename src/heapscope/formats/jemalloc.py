@@ -132,6 +132,13 @@ def _compiled(path: str, text: str, shared: ParseCache) -> Profile | None:
     samples = core.parse_records(text, first + 1, maps_at + 1, Sample)
     if samples is None:
         return None
+    return _around(path, text, first, maps_at, samples, shared)
+
+
+def _around(path: str, text: str, first: int, maps_at: int, samples: list[Sample],
+            shared: ParseCache) -> Profile:
+    """A profile of records read in bulk, with the header and the memory map around them
+    read by the line parser."""
     head = parse_heap_v2(path, [*text[:first + 1].splitlines(), "MAPPED_LIBRARIES:"],
                          cache=shared)
     return head.with_(samples=tuple(samples),
@@ -146,8 +153,6 @@ def _bulk(path: str, text: str, shared: ParseCache) -> Profile | None:
     body = text[first + 2: maps_at]
     if "<jemalloc>" in body or "\r" in body:
         return None
-    head = parse_heap_v2(path, [*text[:first + 1].splitlines(), "MAPPED_LIBRARIES:"],
-                         cache=shared)
     stacks, hexes, counts = shared.stacks, shared.hexes, shared.counts
     samples: list[Sample] = []
     append = samples.append
@@ -171,8 +176,7 @@ def _bulk(path: str, text: str, shared: ParseCache) -> Profile | None:
             append(Sample(stack, got[1]))
     except (InputError, ValueError):
         return None
-    return head.with_(samples=tuple(samples),
-                      mappings=parse_maps(text[maps_at + 1:].splitlines()))
+    return _around(path, text, first, maps_at, samples, shared)
 
 
 def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
