@@ -146,10 +146,13 @@ static int sample_fields(PyObject *s, PyObject **stack, PyObject **values, PyObj
 
 /* dict[key], filled from fn(key) on a miss, through `seen`: a table by the key object's
    identity. A parse shares equal addresses, so most lookups of a million frames need no
-   hashing at all. Returns a borrowed reference (the dict holds it), NULL on error. */
-static PyObject *cached_get(Table *seen, PyObject *dict, PyObject *key, PyObject *fn) {
+   hashing at all. Sets *fresh (when given) to whether `seen` had not met the key yet.
+   Returns a borrowed reference (the dict holds it), NULL on error. */
+static PyObject *cached_get(Table *seen, PyObject *dict, PyObject *key, PyObject *fn,
+                            int *fresh) {
     uint64_t k = (uint64_t)(uintptr_t)key;
     Slot *s = table_find(seen, &k, 1);
+    if (fresh != NULL) *fresh = s->v == NULL;
     if (s->v != NULL) return PyTuple_GET_ITEM(s->v, 1);
     PyObject *v = PyDict_GetItemWithError(dict, key);
     if (v == NULL) {
@@ -568,7 +571,7 @@ static PyObject *cut_leading_impl(PyObject *self, PyObject *args) {
             Py_ssize_t n = PyTuple_GET_SIZE(stack), cut = 0;
             for (Py_ssize_t j = 0; j + 1 < n; j++) {
                 /* Only addresses at a stack's leaf end are ever looked at. */
-                PyObject *code = cached_get(&known, codes, PyTuple_GET_ITEM(stack, j), fn);
+                PyObject *code = cached_get(&known, codes, PyTuple_GET_ITEM(stack, j), fn, NULL);
                 if (code == NULL) goto fail;
                 long c = PyLong_AsLong(code);
                 if (c == -1 && PyErr_Occurred()) goto fail;
@@ -644,7 +647,7 @@ static PyObject *sites_impl(PyObject *self, PyObject *args) {
         long found = -1, jni = -1, dep = -1, plain = -1;
         for (Py_ssize_t j = 0; j < n && found < 0; j++) {
             /* Only the addresses a search reaches are classified: usually the leaf. */
-            PyObject *c = cached_get(&known, cands, PyTuple_GET_ITEM(stack, j), fn);
+            PyObject *c = cached_get(&known, cands, PyTuple_GET_ITEM(stack, j), fn, NULL);
             if (c == NULL) goto fail;
             if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != 4) {
                 PyErr_SetString(PyExc_TypeError, "candidates must be 4-tuples");
@@ -758,10 +761,8 @@ static PyObject *accumulate_impl(PyObject *self, PyObject *args) {
         total += v;
         Py_ssize_t n = PyTuple_GET_SIZE(stack), first = -1;
         for (Py_ssize_t j = 0; j < n; j++) {
-            PyObject *a = PyTuple_GET_ITEM(stack, j);
-            uint64_t k = (uint64_t)(uintptr_t)a;
-            int fresh = table_find(&known, &k, 1)->v == NULL;
-            PyObject *ids = cached_get(&known, per_addr, a, fn);
+            int fresh;
+            PyObject *ids = cached_get(&known, per_addr, PyTuple_GET_ITEM(stack, j), fn, &fresh);
             if (ids == NULL) goto done;
             if (fresh) { /* a new address: check its ids and make room for them */
                 if (!PyTuple_Check(ids)) {
