@@ -206,20 +206,7 @@ def main() -> int:
         print(f"  heapscope warm runs: {', '.join(f'{m.wall_s:.2f}s' for m in warm_runs)}")
     print()
 
-    speedup = jp.wall_s / cold.wall_s if (jp and jp.ok and cold.ok) else None
-    ratio_warm = cold.wall_s / warm.wall_s if (cold.ok and warm and warm.ok) else None
-    print("jeprof/heapscope cold : "
-          + (f"{speedup:.1f}x" if speedup is not None else "n/a")
-          + f"   (target >= {TARGET_SPEEDUP:.0f}x)")
-    print("cold/warm             : "
-          + (f"{ratio_warm:.2f}x" if ratio_warm is not None else "n/a")
-          + f"   (target >= {TARGET_WARM_RATIO:.0f}x)")
-    totals_equal: bool | None = None
-    if jp and jp.ok and cold.ok:
-        totals_equal = (jp.total_unit == cold.total_unit and jp.total is not None
-                        and cold.total is not None and abs(jp.total - cold.total) <= 1.0)
-        print(f"Total                 : jeprof {bench.fmt_total(jp)}, heapscope "
-              f"{bench.fmt_total(cold)} -> {'equal' if totals_equal else 'DIFFERENT'}")
+    speedup, ratio_warm, totals_equal = bench.compare(jp, cold, warm, TARGET_SPEEDUP)
     checks: list[tuple[str, bool | None]] = [
         (f"jeprof/heapscope cold >= {TARGET_SPEEDUP:.0f}x",
          None if speedup is None else speedup >= TARGET_SPEEDUP),

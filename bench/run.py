@@ -299,6 +299,27 @@ def time_heapscope(hs_cmd: list[str], hs_env: dict[str, str], dump: Path, runs: 
     return cold, warm
 
 
+def compare(jp: Measured | None, cold: Measured, warm: Measured | None, target: float
+            ) -> tuple[float | None, float | None, bool | None]:
+    """Print and return jeprof/heapscope cold, cold/warm and whether the Totals agree
+    (None where a run failed or was skipped)."""
+    speedup = jp.wall_s / cold.wall_s if jp and jp.ok and cold.ok else None
+    ratio_warm = cold.wall_s / warm.wall_s if cold.ok and warm and warm.ok else None
+    print("jeprof/heapscope cold : "
+          + (f"{speedup:.1f}x" if speedup is not None else "n/a")
+          + f"   (target >= {target:.0f}x)")
+    print("cold/warm             : "
+          + (f"{ratio_warm:.2f}x" if ratio_warm is not None else "n/a")
+          + f"   (target >= {TARGET_WARM_RATIO:.0f}x)")
+    totals_equal: bool | None = None
+    if jp and jp.ok and cold.ok:
+        totals_equal = (jp.total_unit == cold.total_unit and jp.total is not None
+                        and cold.total is not None and abs(jp.total - cold.total) <= 1.0)
+        print(f"Total                 : jeprof {fmt_total(jp)}, heapscope {fmt_total(cold)}"
+              f" -> {'equal' if totals_equal else 'DIFFERENT'}")
+    return speedup, ratio_warm, totals_equal
+
+
 GOLDEN_VIEWS = {
     "functions": ["--show-bytes", "-n", "0"],
     "lines": ["--show-bytes", "-n", "0", "--lines"],
@@ -425,38 +446,18 @@ def main() -> int:
             print(f"\n{m.label} failed: {' '.join(m.cmd)}\n{m.error}")
     print()
 
-    checks: list[tuple[str, bool | None]] = []
-    speedup = jp.wall_s / cold.wall_s if jp and jp.ok and cold.ok else None
-    ratio_warm = cold.wall_s / warm.wall_s if cold.ok and warm and warm.ok else None
     target = TARGET_LARGE_SPEEDUP if large else TARGET_SPEEDUP
-    print("jeprof/heapscope cold : "
-          + (f"{speedup:.1f}x" if speedup is not None else "n/a")
-          + f"   (target >= {target:.0f}x)")
-    print("cold/warm             : "
-          + (f"{ratio_warm:.2f}x" if ratio_warm is not None else "n/a")
-          + f"   (target >= {TARGET_WARM_RATIO:.0f}x)")
     warm_rss = f", {fmt_rss(warm)} warm" if warm else ""
     print(f"heapscope peak RSS    : {fmt_rss(cold)} cold{warm_rss}")
-    checks.append((f"jeprof/heapscope cold >= {target:.0f}x",
-                   None if speedup is None else speedup >= target))
+    speedup, ratio_warm, totals_equal = compare(jp, cold, warm, target)
+    checks: list[tuple[str, bool | None]] = [
+        (f"jeprof/heapscope cold >= {target:.0f}x",
+         None if speedup is None else speedup >= target)]
     if large:
         rss_ok = None if cold.rss_mb is None else cold.rss_mb <= TARGET_LARGE_RSS_MB
         checks.append((f"large: peak RSS <= {TARGET_LARGE_RSS_MB:.0f} MB", rss_ok))
     checks.append((f"warm >= {TARGET_WARM_RATIO:.0f}x faster than cold",
                    None if ratio_warm is None else ratio_warm >= TARGET_WARM_RATIO))
-
-    totals_equal: bool | None = None
-    if jp and jp.ok and cold.ok:
-        totals_equal = (
-            jp.total_unit == cold.total_unit
-            and jp.total is not None
-            and cold.total is not None
-            and abs(jp.total - cold.total) <= 1.0
-        )
-        print(
-            f"Total                 : jeprof {fmt_total(jp)}, heapscope {fmt_total(cold)}"
-            f" -> {'equal' if totals_equal else 'DIFFERENT'}"
-        )
     checks.append(("heapscope Total == jeprof Total", totals_equal))
     golden = golden_check(hs_cmd, hs_env, dump, stacks, args.update_golden)
     if not args.update_golden:
