@@ -1034,6 +1034,137 @@ done:
 }
 
 /* Each entry point with the collector paused (see PAUSE_GC). */
+/* ---- ELF symbol tables: the rows of symtab._function_rows ---- */
+
+static uint64_t read_uint(const unsigned char *p, int n, int little) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        int k = little ? n - 1 - i : i;
+        v = (v << 8) | p[k];
+    }
+    return v;
+}
+
+typedef struct {
+    uint64_t start, end, bind, name;
+} SymRow;
+
+static int symrow_cmp(const void *a, const void *b) {
+    const SymRow *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    if (x->bind != y->bind) return x->bind < y->bind ? -1 : 1;
+    if (x->name != y->name) return x->name < y->name ? -1 : 1;
+    return 0;
+}
+
+/* The rows symtab._function_rows keeps, in a C array (*count of them): each defined, sized
+   function symbol (STT_FUNC or STT_GNU_IFUNC) of a symbol table's raw entries; with named,
+   only those whose name offset points at a non-empty name. 1: an end does not fit in 64
+   bits (the caller returns None and Python does it); -1: out of memory. */
+static int symbol_rows(Py_buffer *data, Py_buffer *strings, int elf64, int little, int named,
+                       SymRow **rows, Py_ssize_t *count) {
+    const unsigned char *d = data->buf, *str = strings->buf;
+    Py_ssize_t entsize = elf64 ? 24 : 16, n = data->len / entsize, k = 0;
+    SymRow *out = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(SymRow));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *e = d + i * entsize;
+        uint64_t name_off = read_uint(e, 4, little), value, size;
+        unsigned info, shndx;
+        if (elf64) {
+            info = e[4];
+            shndx = (unsigned)read_uint(e + 6, 2, little);
+            value = read_uint(e + 8, 8, little);
+            size = read_uint(e + 16, 8, little);
+        } else {
+            value = read_uint(e + 4, 4, little);
+            size = read_uint(e + 8, 4, little);
+            info = e[12];
+            shndx = (unsigned)read_uint(e + 14, 2, little);
+        }
+        unsigned kind = info & 0xf;
+        if (size == 0 || shndx == 0 || (kind != 2 && kind != 10)) continue;
+        if (named && (name_off >= (uint64_t)strings->len || str[name_off] == 0)) continue;
+        if (value + size < value) {
+            PyMem_Free(out);
+            return 1;
+        }
+        out[k].start = value;
+        out[k].end = value + size;
+        out[k].bind = info >> 4;
+        out[k].name = name_off;
+        k++;
+    }
+    *rows = out;
+    *count = k;
+    return 0;
+}
+
+/* function_rows(data, strings, elf64, little, named): the rows above as a list of
+   (start, end, binding, name offset) tuples, in table order; None as said above. */
+static PyObject *function_rows_impl(PyObject *self, PyObject *args) {
+    Py_buffer data, strings;
+    int elf64, little, named;
+    if (!PyArg_ParseTuple(args, "y*y*ppp", &data, &strings, &elf64, &little, &named))
+        return NULL;
+    SymRow *rows = NULL;
+    Py_ssize_t n = 0;
+    int rc = symbol_rows(&data, &strings, elf64, little, named, &rows, &n);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&strings);
+    if (rc != 0) return rc > 0 ? Py_NewRef(Py_None) : NULL;
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *row = Py_BuildValue("(KKKK)", (unsigned long long)rows[i].start,
+                                      (unsigned long long)rows[i].end,
+                                      (unsigned long long)rows[i].bind,
+                                      (unsigned long long)rows[i].name);
+        if (row == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, row);
+    }
+    PyMem_Free(rows);
+    return out;
+}
+
+/* function_columns(data, strings, elf64, little): the named rows sorted (by start, end,
+   binding, name offset, as Python sorts the tuples) as five lists: starts, ends, bindings,
+   name offsets and reach (the furthest end so far); None as said above. */
+static PyObject *function_columns_impl(PyObject *self, PyObject *args) {
+    Py_buffer data, strings;
+    int elf64, little;
+    if (!PyArg_ParseTuple(args, "y*y*pp", &data, &strings, &elf64, &little)) return NULL;
+    SymRow *rows = NULL;
+    Py_ssize_t n = 0;
+    int rc = symbol_rows(&data, &strings, elf64, little, 1, &rows, &n);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&strings);
+    if (rc != 0) return rc > 0 ? Py_NewRef(Py_None) : NULL;
+    qsort(rows, (size_t)n, sizeof(SymRow), symrow_cmp);
+    PyObject *cols[5] = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *out = NULL;
+    for (int c = 0; c < 5; c++)
+        if ((cols[c] = PyList_New(n)) == NULL) goto done;
+    uint64_t reach = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i == 0 || rows[i].end > reach) reach = rows[i].end;
+        uint64_t v[5] = {rows[i].start, rows[i].end, rows[i].bind, rows[i].name, reach};
+        for (int c = 0; c < 5; c++) {
+            PyObject *o = PyLong_FromUnsignedLongLong(v[c]);
+            if (o == NULL) goto done;
+            PyList_SET_ITEM(cols[c], i, o);
+        }
+    }
+    out = PyTuple_Pack(5, cols[0], cols[1], cols[2], cols[3], cols[4]);
+done:
+    for (int c = 0; c < 5; c++) Py_XDECREF(cols[c]);
+    PyMem_Free(rows);
+    return out;
+}
+
 #define WITHOUT_GC(name)                                        \
     static PyObject *name(PyObject *self, PyObject *args) {    \
         PAUSE_GC;                                               \
@@ -1049,6 +1180,8 @@ WITHOUT_GC(cut_leading)
 WITHOUT_GC(sites)
 WITHOUT_GC(accumulate)
 WITHOUT_GC(tree_add)
+WITHOUT_GC(function_rows)
+WITHOUT_GC(function_columns)
 
 static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS,
@@ -1070,6 +1203,12 @@ static PyMethodDef methods[] = {
     {"tree_add", tree_add, METH_VARARGS,
      "tree_add(samples, frames_of, frames, children, child, line, columns, inverted): add "
      "samples into a call tree."},
+    {"function_rows", function_rows, METH_VARARGS,
+     "function_rows(data, strings, elf64, little, named) -> (start, end, binding, name "
+     "offset) of each defined, sized function symbol, or None (an end past 64 bits)."},
+    {"function_columns", function_columns, METH_VARARGS,
+     "function_columns(data, strings, elf64, little) -> (starts, ends, bindings, name "
+     "offsets, reach) of the named function symbols, sorted; or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,7 +7,9 @@ prune, fold and the top table.
 
 from __future__ import annotations
 
+import itertools
 import random
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,3 +163,61 @@ def test_passes_give_the_same_with_and_without_the_compiled_loops(seed: int) -> 
         _python_only(mp)
         reference = list(_passes(_profile(random.Random(seed))))
     assert compiled == reference
+
+
+# ------------------------------------------------------------------- ELF symbol tables
+
+
+def _symbol_entry(rng: random.Random, elf64: bool, endian: str, strings: bytes) -> bytes:
+    """One raw symbol-table entry: mostly functions, with the cases the filter must tell
+    apart (other types, undefined, size 0, unnamed or out-of-range names, huge values)."""
+    kind = rng.choice([2, 2, 2, 10, 1, 0, 3, 4])  # FUNC, GNU_IFUNC, OBJECT, NOTYPE, …
+    info = rng.choice([0, 1, 2, 10, 15]) << 4 | kind
+    shndx = rng.choice([0, 1, 14, 0xFFF1])
+    size = rng.choice([0, 1, 16, rng.randrange(1 << 20)])
+    top = (1 << 64) if elf64 else (1 << 32)
+    value = rng.randrange(1 << 24)
+    if rng.random() < 0.004:  # near the top: in ELF64 the end may pass 64 bits
+        value = rng.choice([top - 1, top - size // 2 - 1, rng.randrange(top)])
+    name = rng.choice([0, 1, len(strings) - 1, len(strings), len(strings) + 7,
+                       rng.randrange(max(1, len(strings)))])
+    if elf64:
+        return struct.pack(endian + "IBBHQQ", name, info, 0, shndx, value, size)
+    return struct.pack(endian + "IIIBBH", name, value, size, info, 0, shndx)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_symbol_tables_are_filtered_and_sorted_the_same(seed: int) -> None:
+    from heapscope.symbols import symtab
+
+    rng = random.Random(seed)
+    elf64, little = rng.random() < 0.7, rng.random() < 0.8
+    strings = b"\0" + b"\0".join(rng.choice([b"f", b"", b"main", b"_Z3foov"])
+                                 for _ in range(rng.randrange(1, 40))) + b"\0"
+    entries = [_symbol_entry(rng, elf64, "<" if little else ">", strings)
+               for _ in range(rng.randrange(0, 300))]
+    data = b"".join(entries) + bytes(rng.randrange(3))  # a torn last entry is ignored
+
+    class Elf:  # what _function_rows reads of the headers
+        pass
+
+    elf = Elf()
+    elf.elf64, elf.little, elf.endian = elf64, little, "<" if little else ">"  # type: ignore[attr-defined]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(symtab, "core", None)
+        reference = {named: symtab._function_rows(elf, (data, strings), named=named)[0]  # type: ignore[arg-type]
+                     for named in (False, True)}
+    assert core is not None
+    for named in (False, True):
+        got = core.function_rows(data, strings, elf64, little, named)
+        if any(end >= 1 << 64 for _, end, _, _ in reference[named]):
+            assert got is None  # the end does not fit in 64 bits: Python does it
+            continue
+        assert got == reference[named]
+    columns = core.function_columns(data, strings, elf64, little)
+    if columns is None:
+        assert any(end >= 1 << 64 for _, end, _, _ in reference[True])
+        return
+    rows = sorted(reference[True])
+    assert list(zip(*columns[:4], strict=True)) == rows
+    assert columns[4] == list(itertools.accumulate((end for _, end, _, _ in rows), max))

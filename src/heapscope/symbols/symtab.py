@@ -12,6 +12,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable
 
+from heapscope.native import core
 from heapscope.symbols.elfread import SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB, ElfError, ElfHeaders
 
 STT_FUNC = 2
@@ -107,12 +108,24 @@ class SymbolTable:
         """Read ``.symtab`` (else ``.dynsym``) of ``path``; raise ElfError if unreadable."""
         try:
             with ElfHeaders.open(path) as elf:
-                rows, strings = _function_rows(elf, named=True)
+                raw = _symbol_section(elf)
+                columns = None
+                if core is not None and raw is not None:
+                    # Filtered and sorted in C: python3.11d's 31,000 entries in 3 ms, not 35.
+                    columns = core.function_columns(*raw, elf.elf64, elf.little)
+                if columns is None:
+                    rows, strings = _function_rows(elf, raw, named=True)
         except ElfError:
             raise
         except Exception as exc:
             # Whatever else a corrupt table provokes (struct.error, MemoryError, …).
             raise ElfError(f"{path}: corrupt symbol table ({type(exc).__name__})") from exc
+        if columns is not None and raw is not None:
+            table = cls.__new__(cls)
+            table._starts, table._ends, table._binds, names, table._reach = columns
+            table._names = names  # type: ignore[assignment]  # list[int] is a list[str | int]
+            table._strings = raw[1]
+            return table
         return cls._from_offsets(rows, strings)
 
 
@@ -120,7 +133,7 @@ def defined_functions(path: str) -> set[str]:
     """Names of the functions ``path`` defines (``.symtab``, else ``.dynsym``)."""
     try:
         with ElfHeaders.open(path) as elf:
-            rows, strings = _function_rows(elf, named=False)
+            rows, strings = _function_rows(elf, _symbol_section(elf), named=False)
     except ElfError:
         raise
     except Exception as exc:
@@ -139,11 +152,9 @@ def _cstring(strings: bytes, offset: int) -> str:
         "utf-8", "surrogateescape")
 
 
-def _function_rows(elf: ElfHeaders, *, named: bool
-                   ) -> tuple[list[tuple[int, int, int, int]], bytes]:
-    """``(start, end, binding, name offset)`` of the defined, sized function symbols of the
-    best symbol table (the first non-empty SHT_SYMTAB, else SHT_DYNSYM), and its strings.
-    ``named`` leaves out the symbols without a name."""
+def _symbol_section(elf: ElfHeaders) -> tuple[bytes, bytes] | None:
+    """The raw entries of the best symbol table (the first non-empty SHT_SYMTAB, else
+    SHT_DYNSYM) and its string table, or None when there is none."""
     table = None
     for kind in (SHT_SYMTAB, SHT_DYNSYM):
         table = next((s for s in elf.sections if s.sh_type == kind and s.sh_size > 0), None)
@@ -154,9 +165,22 @@ def _function_rows(elf: ElfHeaders, *, named: bool
         # The table or its strings may be in the part of the section headers that is cut off.
         raise ElfError(f"{elf.path}: corrupt ELF file (truncated section header table)")
     if table is None or strtab is None or strtab.sh_type == SHT_NOBITS:
+        return None
+    return elf.data(table), elf.data(strtab)
+
+
+def _function_rows(elf: ElfHeaders, raw: tuple[bytes, bytes] | None, *, named: bool
+                   ) -> tuple[list[tuple[int, int, int, int]], bytes]:
+    """``(start, end, binding, name offset)`` of the defined, sized function symbols of
+    ``raw`` (see _symbol_section), and its strings. ``named`` leaves out the symbols without
+    a name."""
+    if raw is None:
         return [], b""
-    strings = elf.data(strtab)
-    data = elf.data(table)
+    data, strings = raw
+    if core is not None:
+        rows = core.function_rows(data, strings, elf.elf64, elf.little, named)
+        if rows is not None:
+            return rows, strings
     # One struct.iter_unpack pass over the raw entries and one comprehension to filter them
     # (pyelftools' Symbol objects cost ~23 µs each: 230 ms for libc's 10,000 symbols).
     if elf.elf64:
