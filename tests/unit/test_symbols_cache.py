@@ -100,7 +100,11 @@ def test_corrupt_cache_is_ignored_and_rewritten(progs: dict[str, Path], tmp_path
     valid = entry_path.read_text()
     for garbage in (
         "{not json",
-        valid.replace('"addrs":{', '"addrs":{"zz":0,'),  # bad address
+        valid.replace('"vaddrs":[', '"vaddrs":["zz",'),  # bad address
+        valid.replace('"vaddrs":[', '"vaddrs":[-5,'),  # negative address, lists of unequal length
+        valid.replace('"chain_of":[', '"chain_of":[-1,').replace('"vaddrs":[', '"vaddrs":[1,'),
+        valid.replace('"chain_of":[', '"chain_of":[true,').replace('"vaddrs":[', '"vaddrs":[1,'),
+        valid.replace('"format":3', '"format":2'),  # an entry of an older heapscope
         valid.replace('"strings":[', '"strings":[7,'),  # non-string in the string table
         valid.replace('"chains":[[', '"chains":[[99999,'),  # bad index, wrong length
         "[]",

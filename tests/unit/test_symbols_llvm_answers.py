@@ -58,7 +58,7 @@ def json_frames(line: str) -> tuple[list[RawFrame], bool]:
 
 def fast_path(line: str) -> bool:
     """True when llvm.py reads ``line`` with its regular expressions, not json.loads."""
-    return bool(llvm._PLAIN_ONE_FRAME.fullmatch(line) or llvm._PLAIN_ANSWER.fullmatch(line))
+    return bool(llvm._patterns()[0].fullmatch(line) or llvm._patterns()[1].fullmatch(line))
 
 
 # ---------------------------------------------------------------- real llvm-symbolizer
@@ -220,8 +220,8 @@ def test_real_answers_cover_what_they_are_meant_to(programs: dict[str, Program])
     assert [RawFrame("no_debug_info", "", 0)] in c_frames
     assert any(fr.file.endswith(ODD_SOURCE) for f in frames["odd_prog"] for fr in f)
     all_lines = [ln for ls in lines.values() for ln in ls]
-    assert any(llvm._PLAIN_ONE_FRAME.fullmatch(ln) for ln in all_lines)  # one frame
-    assert any(llvm._PLAIN_ANSWER.fullmatch(ln) and not llvm._PLAIN_ONE_FRAME.fullmatch(ln)
+    assert any(llvm._patterns()[0].fullmatch(ln) for ln in all_lines)  # one frame
+    assert any(llvm._patterns()[1].fullmatch(ln) and not llvm._patterns()[0].fullmatch(ln)
                for ln in all_lines)  # several frames, by the regular expression
     assert any(not fast_path(ln) for ln in all_lines)  # escapes: by json.loads
 

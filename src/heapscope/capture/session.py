@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import stat
 import tempfile
 import time
@@ -184,7 +183,7 @@ def manifest_base(cmd: list[str], env_name: str, conf: str, jemalloc: dict[str, 
         "version": 1,
         "command": cmd,
         "cwd": os.getcwd(),
-        "host": socket.gethostname(),
+        "host": _hostname(),
         "start_time": start,
         "conf_variable": env_name,
         "malloc_conf": conf,
@@ -268,3 +267,10 @@ def recorded_modules(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
         elif isinstance(facts, dict):
             out[str(path)] = {k: facts.get(k) for k in ("build_id", "size", "mtime_ns")}
     return out
+
+
+def _hostname() -> str:
+    """This machine's name (socket imported here: reading a session does not need it)."""
+    import socket
+
+    return socket.gethostname()

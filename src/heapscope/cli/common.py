@@ -189,8 +189,6 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     ``aliases`` (a program's file by the name it was started as) are renamed. Stacks are
     folded to their sites as the options say, unless ``fold`` is False (pictures draw every
     frame)."""
-    from heapscope.analysis.ownership import alias_modules
-
     opts = symbol_options(args, paths)
     policy = frame_policy(args) if fold else FramePolicy(mode="raw")
     thread = getattr(args, "thread", None)
@@ -210,7 +208,11 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
             continue
         print_diagnostics(prep.diagnostics, args.verbose)
         wrappers.update(prep.wrappers)
-        profile = alias_modules(prep.profile, aliases or {})
+        profile = prep.profile
+        if aliases:
+            from heapscope.analysis.ownership import alias_modules
+
+            profile = alias_modules(profile, aliases)
         if thread:
             profile = select_threads(profile, thread)
         out.append(profile)
@@ -224,22 +226,27 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
 
 def session_facts(inputs: list[str]) -> dict[int, ProcessFacts]:
     """What the session manifests among ``inputs`` say of their processes."""
-    from heapscope.analysis.ownership import facts_from_manifest
-    from heapscope.capture.session import read_manifest
     from heapscope.prepare import is_session
 
     facts: dict[int, ProcessFacts] = {}
     for path in inputs:
         if os.path.isdir(path) and is_session(path):
+            # Imported only for a session: a plain dump needs neither (start-up time).
+            from heapscope.analysis.ownership import facts_from_manifest
+            from heapscope.capture.session import read_manifest
+
             facts.update(facts_from_manifest(read_manifest(path)))
     return facts
 
 
 def session_aliases(inputs: list[str]) -> dict[str, str]:
     """Program files by the names their processes were started as (see exe_aliases)."""
+    facts = session_facts(inputs)
+    if not facts:
+        return {}
     from heapscope.analysis.ownership import exe_aliases
 
-    return exe_aliases(session_facts(inputs))
+    return exe_aliases(facts)
 
 
 def per_process(inputs: list[str], profiles: list[Profile], *, roots: bool = True

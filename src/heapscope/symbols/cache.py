@@ -10,27 +10,36 @@ written atomically; unreadable or corrupt entries are ignored (and overwritten l
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import tempfile
-from dataclasses import dataclass, field
 from typing import Any
 
 from heapscope.symbols.elf import ElfInfo
 from heapscope.symbols.llvm import RawFrame
 
-FORMAT = 2
+FORMAT = 3
 
 Chain = tuple[RawFrame, ...]
 
 
-@dataclass
 class CacheEntry:
     """Frames per ELF virtual address for one binary; ``dwarf`` says DWARF was available."""
 
-    dwarf: bool
-    frames: dict[int, Chain] = field(default_factory=dict)
+    __slots__ = ("dwarf", "frames")
+
+    def __init__(self, dwarf: bool, frames: dict[int, Chain] | None = None) -> None:
+        self.dwarf = dwarf
+        self.frames: dict[int, Chain] = {} if frames is None else frames
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CacheEntry):
+            return NotImplemented
+        return (self.dwarf, self.frames) == (other.dwarf, other.frames)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"CacheEntry(dwarf={self.dwarf!r}, frames=<{len(self.frames)} addresses>)"
 
 
 class SymbolCache:
@@ -49,6 +58,8 @@ class SymbolCache:
         """The cache key of a binary: its build-id, else a hash of path, size and mtime."""
         if elf.build_id:
             return elf.build_id.lower()
+        import hashlib  # here: loading it costs 5 ms, and most modules have a build-id
+
         ident = f"{os.path.realpath(elf.path)}\0{elf.size}\0{elf.mtime_ns}"
         return "nobuildid-" + hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -75,6 +86,8 @@ class SymbolCache:
         path = self.path(key)
         if path is None:
             return
+        import tempfile  # here: a warm run stores nothing
+
         data = _encode(entry)
         tmp = None
         try:
@@ -93,15 +106,18 @@ class SymbolCache:
 
 
 def _encode(entry: CacheEntry) -> dict[str, Any]:
-    """The JSON document for an entry: a string table, distinct chains, address -> chain.
+    """The JSON document for an entry: a string table, distinct chains, and for each vaddr
+    (in order) the index of its chain.
 
     Interning keeps the file small and the warm path fast: nearby addresses share lines, so
-    there are far fewer distinct chains and strings than addresses.
+    there are far fewer distinct chains and strings than addresses. Plain lists of numbers
+    (no hex strings as keys) are what json reads fastest.
     """
     strings: dict[str, int] = {}
     chains: dict[Chain, int] = {}
     flat_chains: list[list[int]] = []
-    addrs: dict[str, int] = {}
+    vaddrs: list[int] = []
+    chain_of: list[int] = []
     for vaddr, chain in sorted(entry.frames.items()):
         index = chains.get(chain)
         if index is None:
@@ -111,13 +127,15 @@ def _encode(entry: CacheEntry) -> dict[str, Any]:
                 flat += (strings.setdefault(f.file, len(strings)), f.line)
             index = chains[chain] = len(flat_chains)
             flat_chains.append(flat)
-        addrs[f"{vaddr:x}"] = index
+        vaddrs.append(vaddr)
+        chain_of.append(index)
     return {
         "format": FORMAT,
         "dwarf": entry.dwarf,
         "strings": list(strings),
         "chains": flat_chains,
-        "addrs": addrs,
+        "vaddrs": vaddrs,
+        "chain_of": chain_of,
     }
 
 
@@ -129,20 +147,25 @@ def _decode(data: Any) -> CacheEntry | None:
     """
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
-    dwarf = data["dwarf"]
-    strings = data["strings"]
-    if type(dwarf) is not bool or not all(type(x) is str for x in strings):
+    dwarf, strings, flats = data["dwarf"], data["strings"], data["chains"]
+    vaddrs, chain_of = data["vaddrs"], data["chain_of"]
+    if (type(dwarf) is not bool or not all(type(x) is str for x in strings)
+            or not all(type(x) is int for flat in flats for x in flat)
+            or any(len(flat) % 3 for flat in flats)
+            or not all(type(x) is int and x >= 0 for x in vaddrs)
+            # (a negative chain index would silently pick a chain from the end)
+            or not all(type(x) is int and x >= 0 for x in chain_of)
+            or len(vaddrs) != len(chain_of)):
         return None
+    # tuple.__new__ skips the NamedTuple's Python-level __new__: a warm run builds one
+    # RawFrame per cached line (7,900 for a 20 MB dump's program).
+    new = tuple.__new__
     chains: list[Chain] = []
-    for flat in data["chains"]:
-        if len(flat) % 3:
-            return None
-        it = iter(flat)
-        chain = []
-        for name, file, line in zip(it, it, it, strict=True):
-            if type(line) is not int:
-                return None
-            chain.append(RawFrame(strings[name], strings[file], line))
-        chains.append(tuple(chain))
-    frames = {int(k, 16): chains[v] for k, v in data["addrs"].items()}
-    return CacheEntry(dwarf, frames)
+    for flat in flats:
+        if len(flat) == 3:
+            chains.append((new(RawFrame, (strings[flat[0]], strings[flat[1]], flat[2])),))
+        else:
+            chains.append(tuple(new(RawFrame, (strings[flat[i]], strings[flat[i + 1]],
+                                                flat[i + 2]))
+                                for i in range(0, len(flat), 3)))
+    return CacheEntry(dwarf, dict(zip(vaddrs, map(chains.__getitem__, chain_of), strict=True)))

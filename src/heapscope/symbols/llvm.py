@@ -9,13 +9,12 @@ because LLVM 14 leaves Rust legacy names and some C++ names mangled.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -176,6 +175,10 @@ def _run(cmd: list[str], stdin: str) -> tuple[int, str, str]:
     # The answers go to a temporary file, not a pipe: llvm-symbolizer flushes after every
     # answer, and 8,000 small pipe writes, each waking the reader, took 0.30 s where the
     # same run writing a file takes 0.17 s.
+    # Imported here: a run whose frames are all cached starts no process.
+    import subprocess
+    import tempfile
+
     try:
         answers = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the `with` below)
     except OSError:
@@ -215,32 +218,37 @@ def _symbol_pattern(capture: bool) -> str:
 
 
 _ANSWER_HEAD = r'\{"Address":"' + _JCHARS + r'","ModuleName":"' + _JCHARS + r'","Symbol":\['
-_PLAIN_ANSWER = re.compile(
-    _ANSWER_HEAD + r"(?:" + _symbol_pattern(False) + r"(?:," + _symbol_pattern(False)
-    + r")*)?\]\}"
-)
-# The most common answer, one frame (no inlining), in one pass.
-_PLAIN_ONE_FRAME = re.compile(_ANSWER_HEAD + _symbol_pattern(True) + r"\]\}")
-# In a line _PLAIN_ANSWER matches, strings hold no quote, so '{"Column":' starts only
-# the elements of "Symbol": findall yields their fields in order.
-_SYMBOL_FIELDS = re.compile(_symbol_pattern(True))
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The answer patterns: the most common answer, one frame (no inlining), matched and
+    read in one pass; any plain answer; and one element of "Symbol" with its fields.
+    Compiled on first use: a run whose frames are all cached reads no answer."""
+    one_frame = re.compile(_ANSWER_HEAD + _symbol_pattern(True) + r"\]\}")
+    plain = re.compile(_ANSWER_HEAD + r"(?:" + _symbol_pattern(False) + r"(?:,"
+                       + _symbol_pattern(False) + r")*)?\]\}")
+    # In a line the plain pattern matches, strings hold no quote, so '{"Column":' starts
+    # only the elements of "Symbol": findall yields their fields in order.
+    return one_frame, plain, re.compile(_symbol_pattern(True))
 
 
 def _parse_answer(line: str) -> tuple[list[RawFrame], bool]:
     """Frames from one JSON answer line, and whether the answer was an error."""
     frames: list[RawFrame] = []
-    one = _PLAIN_ONE_FRAME.fullmatch(line)
+    one_frame, plain, fields = _patterns()
+    one = one_frame.fullmatch(line)
     if one is not None:
         file, name, line_no = one.groups()
         if file in _UNKNOWN and name in _UNKNOWN:
             return [], False  # llvm knows nothing about the address
         return [RawFrame("" if name in _UNKNOWN else name, "" if file in _UNKNOWN else file,
                          int(line_no))], False
-    if _PLAIN_ANSWER.fullmatch(line):
+    if plain.fullmatch(line):
         frames = [
             RawFrame("" if name in _UNKNOWN else name, "" if file in _UNKNOWN else file,
                      int(line_no))
-            for file, name, line_no in _SYMBOL_FIELDS.findall(line)
+            for file, name, line_no in fields.findall(line)
         ]
         if all(not f.function and not f.file for f in frames):
             frames = []
