@@ -17,7 +17,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from typing import BinaryIO, TextIO
 
 
@@ -82,6 +81,8 @@ def _temp_beside(path: str, data: bytes) -> str:
     # mkstemp: O_EXCL and a random name, so nothing planted in the folder is written through.
     # The base name is cut so the temporary name stays within NAME_MAX (255).
     prefix = "." + os.path.basename(path)[:200] + "."
+    import tempfile  # only when writing: start-up time
+
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

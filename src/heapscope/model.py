@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from collections.abc import Mapping as MappingT
-from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 INUSE_OBJECTS = 0
 INUSE_SPACE = 1
@@ -22,8 +21,9 @@ ALLOC_OBJECTS = 2
 ALLOC_SPACE = 3
 
 
-@dataclass(frozen=True, slots=True)
-class ValueType:
+# NamedTuples and a hand-written Profile, not dataclasses: `heapscope top` must not import
+# dataclasses (start-up time).
+class ValueType(NamedTuple):
     """A kind of sample value, e.g. ``inuse_space`` measured in ``bytes``."""
 
     type: str
@@ -38,8 +38,7 @@ HEAP_SAMPLE_TYPES: tuple[ValueType, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Mapping:
+class Mapping(NamedTuple):
     """One line of the process's memory map: a file (or anonymous) region at an address."""
 
     start: int
@@ -152,8 +151,7 @@ class Sample(NamedTuple):
     via: tuple[ViaFrame, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Thread:
+class Thread(NamedTuple):
     """A thread named in the dump header: jemalloc's thread uid and optional name."""
 
     id: int
@@ -161,30 +159,76 @@ class Thread:
     values: tuple[float, ...] = ()
 
 
-@dataclass(frozen=True)
+_NO_LOCATIONS: MappingT[int, Location] = MappingProxyType({})
+# The arguments of Profile(), which with_() copies.
+_PROFILE_FIELDS = ("samples", "mappings", "sample_types", "period", "sampling", "unsampled",
+                   "header", "threads", "locations", "pid", "seq", "kind", "source", "time",
+                   "format")
+
+
 class Profile:
     """A heap profile: samples, the memory map, and where it came from.
 
     ``sampling`` names how values must be unsampled: ``"v2"`` (jemalloc/tcmalloc heap_v2,
     Poisson sampling every ``period`` bytes on average), ``"v1"`` (legacy ``heap/P``) or
     ``"none"`` (every allocation recorded). ``unsampled`` is True once the unsample pass ran.
+    Immutable: assigning to an attribute raises AttributeError.
     """
 
     samples: tuple[Sample, ...]
-    mappings: tuple[Mapping, ...] = ()
-    sample_types: tuple[ValueType, ...] = HEAP_SAMPLE_TYPES
-    period: int = 0
-    sampling: str = "v2"
-    unsampled: bool = False
-    header: tuple[float, ...] = ()
-    threads: tuple[Thread, ...] = ()
-    locations: MappingT[int, Location] = field(default_factory=lambda: MappingProxyType({}))
-    pid: int | None = None
-    seq: int | None = None
-    kind: str = ""
-    source: str = ""
-    time: float | None = None
-    format: str = "heap_v2"
+    mappings: tuple[Mapping, ...]
+    sample_types: tuple[ValueType, ...]
+    period: int
+    sampling: str
+    unsampled: bool
+    header: tuple[float, ...]
+    threads: tuple[Thread, ...]
+    locations: MappingT[int, Location]
+    pid: int | None
+    seq: int | None
+    kind: str
+    source: str
+    time: float | None
+    format: str
+
+    def __init__(
+        self,
+        samples: tuple[Sample, ...],
+        mappings: tuple[Mapping, ...] = (),
+        sample_types: tuple[ValueType, ...] = HEAP_SAMPLE_TYPES,
+        period: int = 0,
+        sampling: str = "v2",
+        unsampled: bool = False,
+        header: tuple[float, ...] = (),
+        threads: tuple[Thread, ...] = (),
+        locations: MappingT[int, Location] = _NO_LOCATIONS,
+        pid: int | None = None,
+        seq: int | None = None,
+        kind: str = "",
+        source: str = "",
+        time: float | None = None,
+        format: str = "heap_v2",
+    ) -> None:
+        # Written into __dict__: attribute assignment is refused (see __setattr__).
+        self.__dict__.update(
+            samples=samples, mappings=mappings, sample_types=sample_types, period=period,
+            sampling=sampling, unsampled=unsampled, header=header, threads=threads,
+            locations=locations, pid=pid, seq=seq, kind=kind, source=source, time=time,
+            format=format,
+        )
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        # Field by field, as the dataclass did (tests compare symbolize() results).
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        mine, theirs = self.__dict__, other.__dict__
+        return tuple(mine[f] for f in _PROFILE_FIELDS) == tuple(theirs[f] for f in _PROFILE_FIELDS)
 
     def with_(self, *, same_stacks: bool = False, **changes: object) -> Profile:
         """Return a copy with some fields replaced (the model is never mutated).
@@ -192,9 +236,12 @@ class Profile:
         ``same_stacks`` says the new samples have the very same stacks (only values
         changed), so derived address sets carry over instead of being recomputed.
         """
-        new = replace(self, **changes)  # type: ignore[arg-type]
-        if (same_stacks or "samples" not in changes) and "_address_sets" in self.__dict__:
-            new.__dict__["_address_sets"] = self.__dict__["_address_sets"]
+        fields = self.__dict__
+        args = {f: fields[f] for f in _PROFILE_FIELDS}
+        args.update(changes)
+        new = Profile(**args)
+        if (same_stacks or "samples" not in changes) and "_address_sets" in fields:
+            new.__dict__["_address_sets"] = fields["_address_sets"]
         return new
 
     def addresses(self) -> frozenset[int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from heapscope.model import Location, Profile, ViaFrame
@@ -31,8 +30,9 @@ class Key(NamedTuple):
     inlined: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+# Row and Table are NamedTuples, not dataclasses: `heapscope top` must not import
+# dataclasses (start-up time).
+class Row(NamedTuple):
     """One line of a top table."""
 
     key: Key
@@ -41,8 +41,7 @@ class Row:
     via: tuple[ViaFrame, ...] = ()  # the frames folded into it, of its heaviest stacks
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(NamedTuple):
     """A complete top view: rows plus the total they are percentages of."""
 
     rows: tuple[Row, ...]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from heapscope.model import Frame, Location
@@ -203,16 +202,20 @@ def _package_root(path: str) -> str:
     return ""
 
 
-@dataclass
+# Written by hand, not as a dataclass: `heapscope top` must not import dataclasses
+# (start-up time).
 class Classifier:
     """Classifies modules and frames of one program (``main``: its executable's path)."""
 
-    main: str = ""
-    own: tuple[re.Pattern[str], ...] = ()
-    private: tuple[str, ...] = ()  # folders the program's RUNPATH names
-    _modules: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("_modules", "main", "own", "private", "private_dirs", "root", "runtime")
 
-    def __post_init__(self) -> None:
+    def __init__(self, main: str = "", own: tuple[re.Pattern[str], ...] = (),
+                 private: tuple[str, ...] = (), _modules: dict[str, str] | None = None
+                 ) -> None:
+        self.main = main
+        self.own = own
+        self.private = private  # folders the program's RUNPATH names
+        self._modules: dict[str, str] = {} if _modules is None else _modules
         base = os.path.basename(self.main)
         self.runtime = bool(base) and _RUNTIME_EXE.match(base) is not None
         self.root = _package_root(self.main) if self.main else ""

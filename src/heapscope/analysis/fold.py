@@ -23,8 +23,8 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from heapscope.analysis.classify import (
     DEPENDENCY,
@@ -49,8 +49,9 @@ WRAPPER_CALLERS = 3  # distinct calling functions that make a thin allocating le
 _Info = tuple[tuple[str, str, bool], ...]
 
 
-@dataclass(frozen=True)
-class FramePolicy:
+# FramePolicy is a NamedTuple, Wrappers and Folded plain classes, not dataclasses:
+# `heapscope top` must not import dataclasses (start-up time).
+class FramePolicy(NamedTuple):
     """How stacks are shown: folded to their site (default) or raw, and the user's say on
     what is their own code and which functions are allocation wrappers (regexes)."""
 
@@ -87,13 +88,16 @@ class FramePolicy:
         return tuple(out)
 
 
-@dataclass
 class Wrappers:
     """The functions a fold treated as allocation wrappers, and why."""
 
-    named: set[str] = field(default_factory=set)  # a well-known wrapper's name
-    user: set[str] = field(default_factory=set)  # matched --alloc-fn
-    found: dict[str, int] = field(default_factory=dict)  # from the profile: -> callers
+    __slots__ = ("found", "named", "user")
+
+    def __init__(self, named: set[str] | None = None, user: set[str] | None = None,
+                 found: dict[str, int] | None = None) -> None:
+        self.named: set[str] = set() if named is None else named  # a well-known wrapper's name
+        self.user: set[str] = set() if user is None else user  # matched --alloc-fn
+        self.found: dict[str, int] = {} if found is None else found  # from the profile: -> callers
 
     def as_list(self) -> list[dict[str, object]]:
         """JSON-ready: one entry per wrapper folded, with the reason."""
@@ -118,12 +122,14 @@ class Wrappers:
             self.found[f] = max(n, self.found.get(f, 0))
 
 
-@dataclass
 class Folded:
     """A folded profile and the wrappers the fold used."""
 
-    profile: Profile
-    wrappers: Wrappers
+    __slots__ = ("profile", "wrappers")
+
+    def __init__(self, profile: Profile, wrappers: Wrappers) -> None:
+        self.profile = profile
+        self.wrappers = wrappers
 
 
 class _Folder:

@@ -19,8 +19,8 @@ import shlex
 import shutil
 from collections.abc import Iterable
 from collections.abc import Mapping as MappingT
-from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 from heapscope.model import Frame, Location, Profile, Sample
 
@@ -28,8 +28,8 @@ PROCESS_MODULE = "[process]"
 _ROOT_BASE = 1 << 62  # addresses no code has: the synthetic process frames
 
 
-@dataclass(frozen=True)
-class ProcessFacts:
+# A NamedTuple, not a dataclass: `heapscope top` must not import dataclasses (start-up time).
+class ProcessFacts(NamedTuple):
     """What a session knows of one process."""
 
     pid: int
@@ -106,7 +106,7 @@ def fill_images(facts: MappingT[int, ProcessFacts], profiles: Iterable[Profile]
         f = out.get(p.pid)
         if f is None or not f.exe:
             exe = main_image(p)
-            out[p.pid] = replace(f, exe=exe) if f is not None else ProcessFacts(p.pid, exe=exe)
+            out[p.pid] = f._replace(exe=exe) if f is not None else ProcessFacts(p.pid, exe=exe)
     return out
 
 

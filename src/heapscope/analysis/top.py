@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from heapscope.analysis.aggregate import Row, Table, aggregate, sort_rows, subtract
 from heapscope.analysis.filter import compile_re, focus, ignore
@@ -16,8 +16,8 @@ SAMPLE_INDEX = {
 }
 
 
-@dataclass(frozen=True)
-class View:
+# A NamedTuple, not a dataclass: `heapscope top` must not import dataclasses (start-up time).
+class View(NamedTuple):
     """Everything that shapes one table: sample type, granularity, order, size, filters."""
 
     sample: str = "inuse_space"

@@ -12,13 +12,13 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from heapscope.errors import UsageError
 
 
-@dataclass(frozen=True)
-class DumpOwner:
+# A NamedTuple, not a dataclass: `heapscope top` must not import dataclasses (start-up time).
+class DumpOwner(NamedTuple):
     """The user that owns a ``dumps/`` folder (and so can write dumps into it)."""
 
     uid: int

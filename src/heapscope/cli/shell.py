@@ -12,7 +12,6 @@ import argparse
 import re
 import shlex
 import sys
-from dataclasses import replace
 from typing import TextIO
 
 from heapscope.analysis.aggregate import GRANULARITIES
@@ -86,7 +85,7 @@ class Shell:
                  stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
         self.profiles = profiles
         self.base = base
-        self.view = replace(view, nodecount=10)
+        self.view = view._replace(nodecount=10)
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
 
@@ -123,15 +122,15 @@ class Shell:
             self.stdout.write(HELP)
             return True
         if cmd in SAMPLE_INDEX:
-            self.view = replace(self.view, sample=cmd)
+            self.view = self.view._replace(sample=cmd)
             self.stdout.write(f"sample type: {cmd}\n")
             return True
         if cmd in ("focus", "ignore"):
             pattern = " ".join(rest) or None
             if cmd == "focus":
-                self.view = replace(self.view, focus=pattern)
+                self.view = self.view._replace(focus=pattern)
             else:
-                self.view = replace(self.view, ignore=pattern)
+                self.view = self.view._replace(ignore=pattern)
             self.stdout.write(f"{cmd}: {pattern or '(none)'}\n")
             return True
         m = _TOP.match(cmd)
@@ -147,29 +146,29 @@ class Shell:
     def _top(self, n: int | None, words: list[str]) -> None:
         view = self.view
         if n is not None:
-            view = replace(view, nodecount=n)
+            view = view._replace(nodecount=n)
         focus: list[str] = []
         ignore: list[str] = []
         for w in words:
             opt = w.lstrip("-").replace("-", "_")
             if w.startswith("--") and opt == "cum":
-                view = replace(view, cum=True)
+                view = view._replace(cum=True)
             elif w.startswith("--") and opt in GRANULARITIES:
-                view = replace(view, granularity=opt)
+                view = view._replace(granularity=opt)
             elif w.startswith("--") and opt in SAMPLE_INDEX:
-                view = replace(view, sample=opt)
+                view = view._replace(sample=opt)
             elif w.startswith("--") and opt == "show_bytes":
-                view = replace(view, show_bytes=True)
+                view = view._replace(show_bytes=True)
             elif w.isdigit() and n is None:
-                view = replace(view, nodecount=int(w))
+                view = view._replace(nodecount=int(w))
             elif w.startswith("-") and len(w) > 1:
                 ignore.append(w[1:])
             else:
                 focus.append(w)
         if focus:
-            view = replace(view, focus="|".join(f"(?:{f})" for f in focus))
+            view = view._replace(focus="|".join(f"(?:{f})" for f in focus))
         if ignore:
-            view = replace(view, ignore="|".join(f"(?:{i})" for i in ignore))
+            view = view._replace(ignore="|".join(f"(?:{i})" for i in ignore))
         table, rows = build_table(self.profiles, view, self.base)
         render_table(self.stdout, table, rows, granularity=view.granularity,
                      show_bytes=view.show_bytes, diff=bool(self.base))

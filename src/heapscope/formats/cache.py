@@ -10,11 +10,9 @@ version-specific), live in ``<cache>/dumps/`` and are written atomically. Only t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import marshal
 import os
 import sys
-import tempfile
 from typing import Any
 
 from heapscope import __version__
@@ -33,6 +31,8 @@ def _key(path: str, threads: bool) -> str | None:
         return None
     ident = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, threads,
              __version__, sys.version, _FORMAT)
+    import hashlib  # only when the cache is used: start-up time
+
     return hashlib.sha1(repr(ident).encode()).hexdigest()
 
 
@@ -86,6 +86,8 @@ def load_cached(path: str, *, threads: bool = False, cache_dir: str | None = Non
 def _store(folder: str, entry: str, profile: Profile) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(marshal.dumps(_encode(profile)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from dataclasses import dataclass
+from typing import Final
 
 from heapscope.errors import InputError
 from heapscope.files import NotRegularFile, open_regular
@@ -21,14 +21,18 @@ _NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.json)?(?:\.gz)?$")
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-@dataclass(frozen=True)
+# Written by hand, not as a dataclass: `heapscope top` must not import dataclasses (start-up
+# time); not a NamedTuple, whose field ``index`` would hide tuple.index.
 class DumpName:
     """Facts jemalloc encodes in a dump's file name."""
 
-    pid: int
-    seq: int
-    kind: str  # "f", "i", "m" or "u"
-    index: int  # the n of i<n>/m<n>/u<n>; -1 for the final dump
+    __slots__ = ("index", "kind", "pid", "seq")
+
+    def __init__(self, pid: int, seq: int, kind: str, index: int) -> None:
+        self.pid: Final = pid
+        self.seq: Final = seq
+        self.kind: Final = kind  # "f", "i", "m" or "u"
+        self.index: Final = index  # the n of i<n>/m<n>/u<n>; -1 for the final dump
 
 
 def parse_dump_name(path: str) -> DumpName | None:

@@ -14,7 +14,6 @@ import gzip
 import json
 import math
 import os
-import tempfile
 from types import MappingProxyType
 from typing import Any
 
@@ -119,6 +118,8 @@ def parse(text: str, source: str) -> Profile:
 def write(profile: Profile, path: str) -> None:
     """Write ``profile`` to ``path`` atomically (gzip JSON)."""
     folder = os.path.dirname(os.path.abspath(path))
+    import tempfile  # only when writing: start-up time
+
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",

@@ -17,11 +17,11 @@ import os
 import pwd
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Ignored:
+# A NamedTuple, not a dataclass: `heapscope top` must not import dataclasses (start-up time).
+class Ignored(NamedTuple):
     """A file found in a folder and left out, with the reason."""
 
     path: str

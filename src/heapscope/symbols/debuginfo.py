@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
-from dataclasses import dataclass, field
 
 from heapscope.symbols.elf import ElfError, ElfInfo, file_crc32
 from heapscope.symbols.options import SymbolOptions
@@ -23,13 +21,19 @@ NEGATIVE_TTL = 600.0  # seconds a 404 is remembered, as libdebuginfod's cache_mi
 _USER_AGENT = "heapscope (debuginfod client)"
 
 
-@dataclass
+# Written by hand, not as a dataclass: `heapscope top` must not import dataclasses (start-up
+# time).
 class DebugFinder:
     """Looks up separate debug files; ``download_dir`` receives debuginfod downloads."""
 
-    options: SymbolOptions
-    download_dir: str | None
-    notes: list[str] = field(default_factory=list)  # problems worth telling the user about
+    __slots__ = ("download_dir", "notes", "options")
+
+    def __init__(self, options: SymbolOptions, download_dir: str | None,
+                 notes: list[str] | None = None) -> None:
+        self.options = options
+        self.download_dir = download_dir
+        # problems worth telling the user about
+        self.notes: list[str] = [] if notes is None else notes
 
     def find(self, binary: ElfInfo) -> ElfInfo | None:
         """The debug file for ``binary``, or None when there is none anywhere."""
@@ -126,6 +130,8 @@ def fetch_debuginfo(
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 os.makedirs(folder, exist_ok=True)
+                import tempfile  # only when downloading: start-up time
+
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
                 try:
                     with os.fdopen(fd, "wb") as out:

@@ -12,7 +12,7 @@ import functools
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from heapscope.files import open_regular
 from heapscope.model import Mapping
@@ -35,8 +35,8 @@ NT_GNU_BUILD_ID = 3
 _MAX_NOTE_SECTION = 1 << 20  # notes are tiny; refuse to read a corrupt "note" of gigabytes
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+# NamedTuples, not dataclasses: `heapscope top` must not import dataclasses (start-up time).
+class Segment(NamedTuple):
     """One PT_LOAD program header."""
 
     offset: int
@@ -63,8 +63,7 @@ class Segment:
         return self.offset - self.offset % page
 
 
-@dataclass(frozen=True, slots=True)
-class ElfInfo:
+class ElfInfo(NamedTuple):
     """What heapscope needs to know about an ELF file before symbolizing against it."""
 
     path: str

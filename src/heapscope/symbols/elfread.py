@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from heapscope.files import open_regular
 
@@ -43,8 +42,8 @@ class ElfError(ValueError):
     """The file is not a readable ELF file."""
 
 
-@dataclass(frozen=True, slots=True)
-class ProgramHeader:
+# NamedTuples, not dataclasses: `heapscope top` must not import dataclasses (start-up time).
+class ProgramHeader(NamedTuple):
     """One entry of the program header table."""
 
     p_type: int
@@ -56,8 +55,7 @@ class ProgramHeader:
     p_align: int
 
 
-@dataclass(frozen=True, slots=True)
-class SectionHeader:
+class SectionHeader(NamedTuple):
     """One entry of the section header table, with its name resolved."""
 
     name: str

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from heapscope.model import Mapping
 from heapscope.symbols.elf import ElfError, ElfInfo
@@ -21,15 +20,21 @@ from heapscope.symbols.options import Diagnostic, SymbolOptions
 HINT = "pass --binary FILE, --search-path DIR or --sysroot DIR"
 
 
-@dataclass
+# Written by hand, not as a dataclass: `heapscope top` must not import dataclasses (start-up
+# time).
 class Module:
     """A file-backed module of the dump: its path, mappings and the file found for it."""
 
-    path: str
-    mappings: list[Mapping]
-    build_id: str = ""  # from the dump, when it recorded one
-    elf: ElfInfo | None = None
-    diagnostics: list[Diagnostic] = field(default_factory=list)
+    __slots__ = ("build_id", "diagnostics", "elf", "mappings", "path")
+
+    def __init__(self, path: str, mappings: list[Mapping], build_id: str = "",
+                 elf: ElfInfo | None = None, diagnostics: list[Diagnostic] | None = None
+                 ) -> None:
+        self.path = path
+        self.mappings = mappings
+        self.build_id = build_id  # from the dump, when it recorded one
+        self.elf = elf
+        self.diagnostics: list[Diagnostic] = [] if diagnostics is None else diagnostics
 
     @property
     def name(self) -> str:

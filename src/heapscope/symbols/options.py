@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
 
 from heapscope.model import Profile
 
@@ -25,26 +25,48 @@ def default_cache_dir() -> str:
     return os.path.join(base, "heapscope")
 
 
-@dataclass(frozen=True)
+# The default of SymbolOptions' debuginfod_urls and cache_dir: read from the environment
+# when the options are made.
+_FROM_ENV: Any = object()
+
+
+# SymbolOptions is written by hand, the others are NamedTuples, not dataclasses:
+# `heapscope top` must not import dataclasses (start-up time).
 class SymbolOptions:
     """Where to find binaries and debug info, and whether to use the on-disk cache."""
 
-    binaries: tuple[str, ...] = ()
-    search_paths: tuple[str, ...] = ()
-    sysroot: str | None = None
-    debug_dirs: tuple[str, ...] = ()
-    debuginfod_urls: tuple[str, ...] = field(default_factory=_env_urls)
-    cache_dir: str | None = field(default_factory=default_cache_dir)
-    perf_map_dirs: tuple[str, ...] = ()
-    system_debug_dir: str = "/usr/lib/debug"
-    # What was recorded of each module when the dump was taken (path -> facts), and whether
-    # to use a file that provably (or possibly) differs from it anyway.
-    recorded: Mapping[str, ModuleFacts] = field(default_factory=dict)
-    force: bool = False
+    __slots__ = ("binaries", "cache_dir", "debug_dirs", "debuginfod_urls", "force",
+                 "perf_map_dirs", "recorded", "search_paths", "sysroot", "system_debug_dir")
+
+    def __init__(
+        self,
+        binaries: tuple[str, ...] = (),
+        search_paths: tuple[str, ...] = (),
+        sysroot: str | None = None,
+        debug_dirs: tuple[str, ...] = (),
+        debuginfod_urls: tuple[str, ...] = _FROM_ENV,  # default: $DEBUGINFOD_URLS
+        cache_dir: str | None = _FROM_ENV,  # default: default_cache_dir()
+        perf_map_dirs: tuple[str, ...] = (),
+        system_debug_dir: str = "/usr/lib/debug",
+        recorded: Mapping[str, ModuleFacts] | None = None,
+        force: bool = False,
+    ) -> None:
+        self.binaries: Final = binaries
+        self.search_paths: Final = search_paths
+        self.sysroot: Final = sysroot
+        self.debug_dirs: Final = debug_dirs
+        self.debuginfod_urls: Final = (
+            _env_urls() if debuginfod_urls is _FROM_ENV else debuginfod_urls)
+        self.cache_dir: Final = default_cache_dir() if cache_dir is _FROM_ENV else cache_dir
+        self.perf_map_dirs: Final = perf_map_dirs
+        self.system_debug_dir: Final = system_debug_dir
+        # What was recorded of each module when the dump was taken (path -> facts), and
+        # whether to use a file that provably (or possibly) differs from it anyway.
+        self.recorded: Final[Mapping[str, ModuleFacts]] = {} if recorded is None else recorded
+        self.force: Final = force
 
 
-@dataclass(frozen=True)
-class ModuleFacts:
+class ModuleFacts(NamedTuple):
     """A module file as it was when the dump was taken: build-id, size and mtime."""
 
     build_id: str = ""
@@ -52,8 +74,7 @@ class ModuleFacts:
     mtime_ns: int | None = None
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(NamedTuple):
     """A note about one module: missing binary, build-id mismatch, no debug info, …"""
 
     module: str
@@ -64,8 +85,7 @@ class Diagnostic:
         return f"{self.level}: {self.module}: {self.message}"
 
 
-@dataclass(frozen=True)
-class Symbolized:
+class Symbolized(NamedTuple):
     """The symbolized profile and what the symbolizer had to say about it."""
 
     profile: Profile

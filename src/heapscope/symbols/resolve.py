@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import tempfile
 import threading
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from heapscope.errors import ToolError
@@ -59,30 +57,52 @@ def symbolize(
             download_dir = options.cache_dir
         elif options.debuginfod_urls:
             # No cache: debuginfod downloads live only as long as this run.
+            import tempfile  # only here: start-up time
+
             download_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="heapscope-"))
         run = _Run(profile, options, progress, backend or LlvmSymbolizer(), download_dir)
         return run.run()
 
 
-@dataclass
+# Written by hand, not as a dataclass: `heapscope top` must not import dataclasses (start-up
+# time).
 class _Plan:
     """One module's symbolization: its cache entry, the file to read DWARF from, the
     vaddrs not cached yet, and (once run) what the symbolizer answered."""
 
-    mod: Module
-    elf: ElfInfo
-    key: str
-    entry: CacheEntry
-    best: ElfInfo  # the separate debug file when there is one, else the binary
-    dwarf: bool
-    missing: list[int]
-    result: list[list[RawFrame]] | BackendError | ToolError | None = None
-    # The module's addresses (address, lookup address, mapping) and the vaddr of those that
-    # have one; then, once checked, the Locations of those and whether the entry may be stored.
-    items: list[tuple[int, int, Mapping]] = field(default_factory=list)
-    vaddr_of: dict[int, int] = field(default_factory=dict)
-    locations: dict[int, Location] = field(default_factory=dict)
-    cacheable: bool = False
+    __slots__ = ("best", "cacheable", "dwarf", "elf", "entry", "items", "key", "locations",
+                 "missing", "mod", "result", "vaddr_of")
+
+    def __init__(
+        self,
+        mod: Module,
+        elf: ElfInfo,
+        key: str,
+        entry: CacheEntry,
+        best: ElfInfo,  # the separate debug file when there is one, else the binary
+        dwarf: bool,
+        missing: list[int],
+        result: list[list[RawFrame]] | BackendError | ToolError | None = None,
+        items: list[tuple[int, int, Mapping]] | None = None,
+        vaddr_of: dict[int, int] | None = None,
+        locations: dict[int, Location] | None = None,
+        cacheable: bool = False,
+    ) -> None:
+        self.mod = mod
+        self.elf = elf
+        self.key = key
+        self.entry = entry
+        self.best = best
+        self.dwarf = dwarf
+        self.missing = missing
+        self.result = result
+        # The module's addresses (address, lookup address, mapping) and the vaddr of those
+        # that have one; then, once checked, the Locations of those and whether the entry may
+        # be stored.
+        self.items: list[tuple[int, int, Mapping]] = [] if items is None else items
+        self.vaddr_of: dict[int, int] = {} if vaddr_of is None else vaddr_of
+        self.locations: dict[int, Location] = {} if locations is None else locations
+        self.cacheable = cacheable
 
 
 class _Run:
