@@ -64,11 +64,14 @@ def location_keys(loc: Location, granularity: str) -> tuple[Key, ...]:
             return (Key(loc.module or name, module=loc.module),)
         return (Key(name, module=loc.module),)
     out = []
+    # tuple.__new__ with every field: without the NamedTuple's Python-level __new__ (a table
+    # keys each of a dump's ~8,000 addresses).
+    new = tuple.__new__
     for f in loc.frames:
         if granularity == "functions":
-            out.append(Key(f.function, f.file, 0, loc.module))
+            out.append(new(Key, (f.function, f.file, 0, loc.module, False)))
         elif granularity == "lines":
-            out.append(Key(f.function, f.file, f.line, loc.module, f.inlined))
+            out.append(new(Key, (f.function, f.file, f.line, loc.module, f.inlined)))
         else:
             out.append(Key(f.file or loc.module, module=loc.module))
     return tuple(out)
@@ -124,7 +127,7 @@ def _accumulate(p: Profile, index: int, granularity: str, table: KeyTable) -> fl
     key_id = table.id
 
     def ids(a: int) -> tuple[int, ...]:
-        return tuple(key_id(k) for k in location_keys(p.location(a), granularity))
+        return tuple(map(key_id, location_keys(p.location(a), granularity)))
 
     no_stack = key_id(Key(NO_STACK))
     flat, cum, total, leaf = core.accumulate(p.samples, index, {}, ids, no_stack)
