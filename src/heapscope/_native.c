@@ -1033,7 +1033,6 @@ done:
     return result;
 }
 
-/* Each entry point with the collector paused (see PAUSE_GC). */
 /* ---- ELF symbol tables: the rows of symtab._function_rows ---- */
 
 static uint64_t read_uint(const unsigned char *p, int n, int little) {
@@ -1058,11 +1057,11 @@ static int symrow_cmp(const void *a, const void *b) {
     return 0;
 }
 
-/* The rows symtab._function_rows keeps, in a C array (*count of them): each defined, sized
-   function symbol (STT_FUNC or STT_GNU_IFUNC) of a symbol table's raw entries; with named,
-   only those whose name offset points at a non-empty name. 1: an end does not fit in 64
-   bits (the caller returns None and Python does it); -1: out of memory. */
-static int symbol_rows(Py_buffer *data, Py_buffer *strings, int elf64, int little, int named,
+/* The rows symtab._function_rows keeps with named=True, in a C array (*count of them):
+   each defined, sized function symbol (STT_FUNC or STT_GNU_IFUNC) of a symbol table's raw
+   entries whose name offset points at a non-empty name. 1: an end does not fit in 64 bits
+   (the caller returns None and Python does it); -1: out of memory. */
+static int symbol_rows(Py_buffer *data, Py_buffer *strings, int elf64, int little,
                        SymRow **rows, Py_ssize_t *count) {
     const unsigned char *d = data->buf, *str = strings->buf;
     Py_ssize_t entsize = elf64 ? 24 : 16, n = data->len / entsize, k = 0;
@@ -1088,7 +1087,7 @@ static int symbol_rows(Py_buffer *data, Py_buffer *strings, int elf64, int littl
         }
         unsigned kind = info & 0xf;
         if (size == 0 || shndx == 0 || (kind != 2 && kind != 10)) continue;
-        if (named && (name_off >= (uint64_t)strings->len || str[name_off] == 0)) continue;
+        if (name_off >= (uint64_t)strings->len || str[name_off] == 0) continue;
         if (value + size < value) {
             PyMem_Free(out);
             return 1;
@@ -1104,32 +1103,6 @@ static int symbol_rows(Py_buffer *data, Py_buffer *strings, int elf64, int littl
     return 0;
 }
 
-/* function_rows(data, strings, elf64, little, named): the rows above as a list of
-   (start, end, binding, name offset) tuples, in table order; None as said above. */
-static PyObject *function_rows_impl(PyObject *self, PyObject *args) {
-    Py_buffer data, strings;
-    int elf64, little, named;
-    if (!PyArg_ParseTuple(args, "y*y*ppp", &data, &strings, &elf64, &little, &named))
-        return NULL;
-    SymRow *rows = NULL;
-    Py_ssize_t n = 0;
-    int rc = symbol_rows(&data, &strings, elf64, little, named, &rows, &n);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&strings);
-    if (rc != 0) return rc > 0 ? Py_NewRef(Py_None) : NULL;
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *row = Py_BuildValue("(KKKK)", (unsigned long long)rows[i].start,
-                                      (unsigned long long)rows[i].end,
-                                      (unsigned long long)rows[i].bind,
-                                      (unsigned long long)rows[i].name);
-        if (row == NULL) Py_CLEAR(out);
-        else PyList_SET_ITEM(out, i, row);
-    }
-    PyMem_Free(rows);
-    return out;
-}
-
 /* function_columns(data, strings, elf64, little): the named rows sorted (by start, end,
    binding, name offset, as Python sorts the tuples) as five lists: starts, ends, bindings,
    name offsets and reach (the furthest end so far); None as said above. */
@@ -1139,7 +1112,7 @@ static PyObject *function_columns_impl(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*pp", &data, &strings, &elf64, &little)) return NULL;
     SymRow *rows = NULL;
     Py_ssize_t n = 0;
-    int rc = symbol_rows(&data, &strings, elf64, little, 1, &rows, &n);
+    int rc = symbol_rows(&data, &strings, elf64, little, &rows, &n);
     PyBuffer_Release(&data);
     PyBuffer_Release(&strings);
     if (rc != 0) return rc > 0 ? Py_NewRef(Py_None) : NULL;
@@ -1165,6 +1138,7 @@ done:
     return out;
 }
 
+/* Each entry point with the collector paused (see PAUSE_GC). */
 #define WITHOUT_GC(name)                                        \
     static PyObject *name(PyObject *self, PyObject *args) {    \
         PAUSE_GC;                                               \
@@ -1180,7 +1154,6 @@ WITHOUT_GC(cut_leading)
 WITHOUT_GC(sites)
 WITHOUT_GC(accumulate)
 WITHOUT_GC(tree_add)
-WITHOUT_GC(function_rows)
 WITHOUT_GC(function_columns)
 
 static PyMethodDef methods[] = {
@@ -1203,9 +1176,6 @@ static PyMethodDef methods[] = {
     {"tree_add", tree_add, METH_VARARGS,
      "tree_add(samples, frames_of, frames, children, child, line, columns, inverted): add "
      "samples into a call tree."},
-    {"function_rows", function_rows, METH_VARARGS,
-     "function_rows(data, strings, elf64, little, named) -> (start, end, binding, name "
-     "offset) of each defined, sized function symbol, or None (an end past 64 bits)."},
     {"function_columns", function_columns, METH_VARARGS,
      "function_columns(data, strings, elf64, little) -> (starts, ends, bindings, name "
      "offsets, reach) of the named function symbols, sorted; or None."},

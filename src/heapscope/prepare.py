@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import NamedTuple
 
 from heapscope.analysis.fold import FramePolicy, Wrappers, fold
 from heapscope.analysis.prune import prune
@@ -24,18 +24,13 @@ from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 ProgressFn = Callable[[str, int, int], None]
 
 
-# Written by hand, not as a dataclass: `heapscope top` must not import dataclasses (start-up
-# time).
-class Prepared:
+# A NamedTuple, not a dataclass: `heapscope top` must not import dataclasses (start-up time).
+class Prepared(NamedTuple):
     """A profile ready for views, plus what the symbolizer said about it."""
 
-    __slots__ = ("diagnostics", "profile", "wrappers")
-
-    def __init__(self, profile: Profile, diagnostics: tuple[Diagnostic, ...] = (),
-                 wrappers: Wrappers | None = None) -> None:
-        self.profile: Final = profile
-        self.diagnostics: Final = diagnostics
-        self.wrappers: Final = Wrappers() if wrappers is None else wrappers
+    profile: Profile
+    diagnostics: tuple[Diagnostic, ...]
+    wrappers: Wrappers
 
 
 def _dumps_in(folder: str, trust: FolderTrust | None = None,

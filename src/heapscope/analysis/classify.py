@@ -210,12 +210,11 @@ class Classifier:
     __slots__ = ("_modules", "main", "own", "private", "private_dirs", "root", "runtime")
 
     def __init__(self, main: str = "", own: tuple[re.Pattern[str], ...] = (),
-                 private: tuple[str, ...] = (), _modules: dict[str, str] | None = None
-                 ) -> None:
+                 private: tuple[str, ...] = ()) -> None:
         self.main = main
         self.own = own
         self.private = private  # folders the program's RUNPATH names
-        self._modules: dict[str, str] = {} if _modules is None else _modules
+        self._modules: dict[str, str] = {}
         base = os.path.basename(self.main)
         self.runtime = bool(base) and _RUNTIME_EXE.match(base) is not None
         self.root = _package_root(self.main) if self.main else ""

@@ -93,11 +93,10 @@ class Wrappers:
 
     __slots__ = ("found", "named", "user")
 
-    def __init__(self, named: set[str] | None = None, user: set[str] | None = None,
-                 found: dict[str, int] | None = None) -> None:
-        self.named: set[str] = set() if named is None else named  # a well-known wrapper's name
-        self.user: set[str] = set() if user is None else user  # matched --alloc-fn
-        self.found: dict[str, int] = {} if found is None else found  # from the profile: -> callers
+    def __init__(self) -> None:
+        self.named: set[str] = set()  # a well-known wrapper's name
+        self.user: set[str] = set()  # matched --alloc-fn
+        self.found: dict[str, int] = {}  # from the profile: -> callers
 
     def as_list(self) -> list[dict[str, object]]:
         """JSON-ready: one entry per wrapper folded, with the reason."""

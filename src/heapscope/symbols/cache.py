@@ -36,11 +36,6 @@ class CacheEntry:
             return NotImplemented
         return (self.dwarf, self.frames) == (other.dwarf, other.frames)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable
-
-    def __repr__(self) -> str:
-        return f"CacheEntry(dwarf={self.dwarf!r}, frames=<{len(self.frames)} addresses>)"
-
 
 class SymbolCache:
     """The frame cache; every method is a no-op when ``root`` is None."""

@@ -28,12 +28,10 @@ class DebugFinder:
 
     __slots__ = ("download_dir", "notes", "options")
 
-    def __init__(self, options: SymbolOptions, download_dir: str | None,
-                 notes: list[str] | None = None) -> None:
+    def __init__(self, options: SymbolOptions, download_dir: str | None) -> None:
         self.options = options
         self.download_dir = download_dir
-        # problems worth telling the user about
-        self.notes: list[str] = [] if notes is None else notes
+        self.notes: list[str] = []  # problems worth telling the user about
 
     def find(self, binary: ElfInfo) -> ElfInfo | None:
         """The debug file for ``binary``, or None when there is none anywhere."""

@@ -27,14 +27,12 @@ class Module:
 
     __slots__ = ("build_id", "diagnostics", "elf", "mappings", "path")
 
-    def __init__(self, path: str, mappings: list[Mapping], build_id: str = "",
-                 elf: ElfInfo | None = None, diagnostics: list[Diagnostic] | None = None
-                 ) -> None:
+    def __init__(self, path: str, mappings: list[Mapping]) -> None:
         self.path = path
         self.mappings = mappings
-        self.build_id = build_id  # from the dump, when it recorded one
-        self.elf = elf
-        self.diagnostics: list[Diagnostic] = [] if diagnostics is None else diagnostics
+        self.build_id = ""  # from the dump, when it recorded one
+        self.elf: ElfInfo | None = None
+        self.diagnostics: list[Diagnostic] = []
 
     @property
     def name(self) -> str:

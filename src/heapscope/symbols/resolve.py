@@ -82,11 +82,6 @@ class _Plan:
         best: ElfInfo,  # the separate debug file when there is one, else the binary
         dwarf: bool,
         missing: list[int],
-        result: list[list[RawFrame]] | BackendError | ToolError | None = None,
-        items: list[tuple[int, int, Mapping]] | None = None,
-        vaddr_of: dict[int, int] | None = None,
-        locations: dict[int, Location] | None = None,
-        cacheable: bool = False,
     ) -> None:
         self.mod = mod
         self.elf = elf
@@ -95,14 +90,14 @@ class _Plan:
         self.best = best
         self.dwarf = dwarf
         self.missing = missing
-        self.result = result
+        self.result: list[list[RawFrame]] | BackendError | ToolError | None = None
         # The module's addresses (address, lookup address, mapping) and the vaddr of those
         # that have one; then, once checked, the Locations of those and whether the entry may
         # be stored.
-        self.items: list[tuple[int, int, Mapping]] = [] if items is None else items
-        self.vaddr_of: dict[int, int] = {} if vaddr_of is None else vaddr_of
-        self.locations: dict[int, Location] = {} if locations is None else locations
-        self.cacheable = cacheable
+        self.items: list[tuple[int, int, Mapping]] = []
+        self.vaddr_of: dict[int, int] = {}
+        self.locations: dict[int, Location] = {}
+        self.cacheable = False
 
 
 class _Run:
