@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+DUMPS = Path(__file__).resolve().parent.parent / "data" / "dumps"
 
 _PROBE = """
 import contextlib, io, sys
@@ -40,3 +44,12 @@ def test_a_subcommand_loads_only_its_own(command: str, absent: tuple[str, ...]) 
     mods = _imported(command, "--help")
     assert f"heapscope.cli.{command}" in mods
     assert not [m for m in absent if m in mods]
+
+
+def test_top_of_a_plain_dump_loads_no_session_code(tmp_path: Path) -> None:
+    dump = tmp_path / "jeprof.1.0.f.heap"
+    shutil.copy(DUMPS / "dialects.heap", dump)
+    mods = _imported("top", "--no-cache", str(dump))
+    assert "heapscope.cli.top" in mods and "heapscope.symbols.resolve" in mods  # it ran
+    assert not [m for m in ("heapscope.capture.session", "heapscope.capture.access")
+                if m in mods]

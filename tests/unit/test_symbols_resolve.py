@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -440,3 +441,40 @@ def test_modules_looked_up_together_are_named_as_one_by_one(
     single = symbolize(profile(stacks, maps), opts(tmp_path), backend=alone)
     assert together.calls == 1 and len(alone.calls) == 2
     assert shared == single
+
+
+class _RecordingSymbolizer(LlvmSymbolizer):
+    """The real backend, recording which files each run looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[list[str]] = []
+
+    def lookup(self, path: str, vaddrs: Sequence[int]) -> list[list[RawFrame]]:
+        self.runs.append([path])
+        return super().lookup(path, vaddrs)
+
+    def lookup_many(self, requests: Sequence[tuple[str, Sequence[int]]]
+                    ) -> list[list[list[RawFrame]] | BackendError]:
+        self.runs.append([path for path, _ in requests])
+        return super().lookup_many(requests)
+
+
+def test_small_modules_share_the_core_the_big_one_leaves(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("heapscope.symbols.resolve.SMALL", 30)
+    pie = built["pie"]
+    libs = [build_c("inline.c", tmp_path / f"lib{k}.so", "-O1", "-g", "-fPIC", "-shared")
+            for k in range(2)]
+    maps = mappings_for(pie, EXE_BASE) + [
+        m for k, lib in enumerate(libs) for m in mappings_for(lib, LIB_BASE + k * 0x10000000)]
+    code = [m for m in maps if m.executable]
+    # 40 addresses in the program (its own run), 5 in each library (one shared run).
+    stacks = [[code[0].start + k * 7 + 1] for k in range(40)] + [
+        [m.start + k * 13 + 1] for m in code[1:] for k in range(5)]
+    backend = _RecordingSymbolizer()
+    shared = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
+    assert sorted(backend.runs) == sorted([[str(pie)], [str(lib) for lib in libs]])
+    alone = symbolize(profile(stacks, maps), opts(tmp_path), backend=CountingBackend())
+    assert shared == alone

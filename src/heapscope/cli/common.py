@@ -14,7 +14,7 @@ from heapscope.analysis.fold import FramePolicy, Wrappers
 from heapscope.analysis.top import SAMPLE_INDEX, View
 from heapscope.errors import InputError, UsageError
 from heapscope.model import Profile
-from heapscope.prepare import ProgressFn, prepare
+from heapscope.prepare import ProgressFn, is_session, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.options import ModuleFacts, default_cache_dir
 
@@ -150,8 +150,6 @@ def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None
 
 def recorded_facts(inputs: list[str]) -> dict[str, ModuleFacts]:
     """Module facts the session manifests of ``inputs`` recorded, by module path."""
-    from heapscope.capture.session import read_manifest, recorded_modules
-
     out: dict[str, ModuleFacts] = {}
     seen: set[str] = set()
     for path in inputs:
@@ -160,6 +158,10 @@ def recorded_facts(inputs: list[str]) -> dict[str, ModuleFacts]:
         if folder in seen:
             continue
         seen.add(folder)
+        if not is_session(folder):
+            continue  # a plain dump: no manifest, and no session code to load (start-up)
+        from heapscope.capture.session import read_manifest, recorded_modules
+
         for module, f in recorded_modules(read_manifest(folder)).items():
             size, mtime = f.get("size"), f.get("mtime_ns")
             out.setdefault(module, ModuleFacts(
@@ -226,8 +228,6 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
 
 def session_facts(inputs: list[str]) -> dict[int, ProcessFacts]:
     """What the session manifests among ``inputs`` say of their processes."""
-    from heapscope.prepare import is_session
-
     facts: dict[int, ProcessFacts] = {}
     for path in inputs:
         if os.path.isdir(path) and is_session(path):

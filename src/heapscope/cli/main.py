@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from heapscope import __version__
 from heapscope.cli.commands import COMMANDS, summary
 from heapscope.errors import HeapscopeError
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
@@ -23,6 +26,8 @@ def _chosen(argv: Sequence[str]) -> str | None:
 def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser. Given the arguments, only the subcommand they name is loaded
     (the others are listed by name and summary); without them, every subcommand is."""
+    import argparse  # here: the symbolizer started ahead goes first (see main)
+
     p = argparse.ArgumentParser(
         prog="heapscope",
         description="Find memory leaks in native processes with jemalloc's heap profiler.",
@@ -43,9 +48,31 @@ def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+# Subcommands that symbolize the dumps named on their command line.
+_SYMBOLIZING = frozenset({"top", "diff", "graph", "export", "flamegraph", "shell", "leaks",
+                          "timeline"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = _chosen(argv)
+    if chosen in _SYMBOLIZING:
+        # Before the subcommand's modules load: the program's llvm-symbolizer starts on the
+        # other core meanwhile (see heapscope.symbols.ahead).
+        from heapscope.symbols.ahead import start_for_args
+
+        start_for_args(argv[argv.index(chosen) + 1:])
+    try:
+        return _dispatch(argv)
+    finally:
+        if "heapscope.symbols.llvm" in sys.modules:
+            from heapscope.symbols.llvm import discard_ahead
+
+            discard_ahead()
+
+
+def _dispatch(argv: list[str]) -> int:
     args = parser(argv).parse_args(argv)
     try:
         rc: int = args.func(args)

@@ -10,7 +10,6 @@ written atomically; unreadable or corrupt entries are ignored (and overwritten l
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any
 
@@ -70,6 +69,8 @@ class SymbolCache:
         if path is None:
             return None
         try:
+            import json  # here: heapscope.symbols.ahead imports this module first thing
+
             with open(path, encoding="utf-8") as fh:
                 data = json.loads(fh.read())
             return _decode(data)
@@ -81,6 +82,7 @@ class SymbolCache:
         path = self.path(key)
         if path is None:
             return
+        import json
         import tempfile  # here: a warm run stores nothing
 
         data = _encode(entry)

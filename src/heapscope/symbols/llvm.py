@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import os
 import re
 import shutil
@@ -68,6 +67,104 @@ def find_symbolizer() -> str:
     raise ToolError(f"llvm-symbolizer not found; {INSTALL_HINT}")
 
 
+# How every llvm-symbolizer run is asked: JSON answers, inline chains, raw names.
+FLAGS = ("--output-style=JSON", "--inlines", "--no-demangle", "--functions=linkage")
+
+
+class Ahead:
+    """An llvm-symbolizer process started before its addresses are known, for one file.
+
+    It was sent one address of the file (the priming line), so LLVM has loaded itself and
+    read the file's DWARF index by the time the real lookup comes; :meth:`finish` sends the
+    lookup's lines and returns the answers after the priming one. Input lines name the file
+    (``"path" 0xADDR``), so the process is started without ``--obj``.
+    """
+
+    __slots__ = ("answers", "executable", "path", "proc")
+
+    def __init__(self, executable: str, path: str, vaddr: int) -> None:
+        import subprocess
+        import tempfile
+
+        self.executable = executable
+        self.path = path
+        # Answers go to a file for the reason given in _run.
+        self.answers = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish/stop)
+        try:
+            self.proc = subprocess.Popen(
+                [executable, *FLAGS], stdin=subprocess.PIPE, stdout=self.answers,
+                stderr=subprocess.PIPE, text=True, errors="surrogateescape")
+        except OSError:
+            self.answers.close()
+            raise
+        stdin = self.proc.stdin
+        assert stdin is not None  # stdin=PIPE
+        try:
+            stdin.write(f'"{path}" {vaddr:#x}\n')
+            stdin.flush()
+        except OSError:
+            self.stop()
+            raise
+
+    def finish(self, lines: str) -> tuple[int, str, str] | None:
+        """Send ``lines`` (each naming this file), wait for the process; its exit status,
+        the answers after the priming one, and stderr. None when the process cannot take
+        them (it went away): the caller then starts one of its own."""
+        try:
+            _, stderr = self.proc.communicate(lines)
+        except OSError:
+            self.stop()
+            return None
+        with self.answers:
+            self.answers.seek(0)
+            stdout = _decoded(self.answers.read())
+        head, newline, rest = stdout.partition("\n")
+        if not newline or not head.strip():
+            return None  # no priming answer: the process died before it answered
+        return self.proc.returncode, rest, stderr
+
+    def stop(self) -> None:
+        """End a process nobody needs."""
+        self.proc.kill()
+        self.proc.communicate()
+        self.answers.close()
+
+
+# Processes started ahead (:mod:`heapscope.symbols.ahead`), by the file each was primed for.
+_ahead: dict[str, Ahead] = {}
+
+
+def start_ahead(executable: str, path: str, vaddr: int) -> None:
+    """Start llvm-symbolizer for ``path`` now, primed with ``vaddr``; the first lookup of
+    ``path`` with the same executable takes it. ``path`` must be quotable on an input line
+    (no double quote, no line end)."""
+    if path not in _ahead:
+        _ahead[path] = Ahead(executable, path, vaddr)
+
+
+def ahead_paths() -> list[str]:
+    """The files that have a process started ahead and not taken yet."""
+    return list(_ahead)
+
+
+def _take_ahead(executable: str, paths: Sequence[str]) -> Ahead | None:
+    """The process started ahead for one of ``paths`` with ``executable``, now taken."""
+    for path in paths:
+        ahead = _ahead.get(path)
+        # pop, not del: two threads may race for it; only one gets it
+        if (ahead is not None and ahead.executable == executable
+                and _ahead.pop(path, None) is ahead):
+            return ahead
+    return None
+
+
+def discard_ahead() -> None:
+    """Stop every process started ahead that no lookup took."""
+    while _ahead:
+        _, ahead = _ahead.popitem()
+        ahead.stop()
+
+
 class LlvmSymbolizer:
     """:class:`Backend` running ``llvm-symbolizer --output-style=JSON`` once per lookup call."""
 
@@ -87,20 +184,18 @@ class LlvmSymbolizer:
         """Resolve ``vaddrs`` (ELF virtual addresses) of the object ``path`` in one process."""
         if not vaddrs:
             return []
-        cmd = [
-            self.executable,
-            f"--obj={path}",
-            "--output-style=JSON",
-            "--inlines",
-            "--no-demangle",
-            "--functions=linkage",
-        ]
-        stdin = "".join(f"{v:#x}\n" for v in vaddrs)
         self.calls += 1
-        try:
-            returncode, stdout, stderr = _run(cmd, stdin)
-        except OSError as exc:
-            raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
+        ran = None
+        ahead = _take_ahead(self.executable, [path])
+        if ahead is not None:
+            ran = ahead.finish("".join(f'"{path}" {v:#x}\n' for v in vaddrs))
+        if ran is None:
+            cmd = [self.executable, f"--obj={path}", *FLAGS]
+            try:
+                ran = _run(cmd, "".join(f"{v:#x}\n" for v in vaddrs))
+            except OSError as exc:
+                raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
+        returncode, stdout, stderr = ran
         if returncode != 0:
             detail = stderr.strip().splitlines()[-1:] or [f"exit status {returncode}"]
             raise BackendError(f"llvm-symbolizer failed on {path}: {detail[0]}")
@@ -129,14 +224,19 @@ class LlvmSymbolizer:
                 if ok and vaddrs]
         answers: dict[int, list[list[RawFrame]] | BackendError] = {}
         if len(todo) > 1:
-            cmd = [self.executable, "--output-style=JSON", "--inlines", "--no-demangle",
-                   "--functions=linkage"]
             stdin = "".join(f'"{path}" {v:#x}\n' for path, vaddrs in todo for v in vaddrs)
             self.calls += 1
-            try:
-                returncode, stdout, _stderr = _run(cmd, stdin)
-            except OSError as exc:
-                raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
+            ran = None
+            ahead = _take_ahead(self.executable, [path for path, _ in todo])
+            if ahead is not None:
+                ran = ahead.finish(stdin)
+            if ran is None:
+                try:
+                    ran = _run([self.executable, *FLAGS], stdin)
+                except OSError as exc:
+                    raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}"
+                                    ) from exc
+            returncode, stdout, _stderr = ran
             lines = [ln for ln in stdout.split("\n") if ln.strip()]
             if returncode == 0 and len(lines) == sum(len(v) for _, v in todo):
                 at = 0
@@ -190,11 +290,14 @@ def _run(cmd: list[str], stdin: str) -> tuple[int, str, str]:
         proc = subprocess.run(cmd, input=stdin, stdout=answers, stderr=subprocess.PIPE,
                               text=True, errors="surrogateescape", check=False)
         answers.seek(0)
-        data = answers.read()
-    # Decoded exactly as subprocess decodes a text pipe: the locale's encoding, universal
-    # newlines.
-    stdout = io.TextIOWrapper(io.BytesIO(data), errors="surrogateescape").read()
+        stdout = _decoded(answers.read())
     return proc.returncode, stdout, proc.stderr
+
+
+def _decoded(data: bytes) -> str:
+    """Answers decoded exactly as subprocess decodes a text pipe: the locale's encoding,
+    universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(data), errors="surrogateescape").read()
 
 
 # The answer lines of LLVM 14+ without escapes, matched whole. json.loads of 8,000 answers
@@ -253,6 +356,8 @@ def _parse_answer(line: str) -> tuple[list[RawFrame], bool]:
         if all(not f.function and not f.file for f in frames):
             frames = []
         return frames, False
+    import json  # here: only answers the patterns do not match need it
+
     try:
         obj: Any = json.loads(line)
     except ValueError:
@@ -279,6 +384,8 @@ def _parse_answer(line: str) -> tuple[list[RawFrame], bool]:
 
 
 def _first_error(line: str) -> str:
+    import json
+
     try:
         obj: Any = json.loads(line)
         return str(obj["Error"]["Message"])
