@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 
 from heapscope.errors import ToolError
-from heapscope.formats.maps import parse_maps_line
+from heapscope.formats.maps import parse_maps
 from heapscope.model import Mapping
 from heapscope.symbols.cache import SymbolCache
 from heapscope.symbols.debuginfo import DebugFinder
@@ -97,5 +97,7 @@ def memory_map(dump: str) -> list[Mapping]:
     at = tail.rfind(_MARKER)
     if at < 0:
         return []
-    text = tail[at + len(_MARKER):].decode("utf-8", "surrogateescape")
-    return [m for m in map(parse_maps_line, text.split("\n")) if m is not None]
+    # As the dump reader reads the section (sorted, empty mappings left out), so that "the
+    # program" is the same mapping here as in the lookup.
+    return list(parse_maps(tail[at + len(_MARKER):].decode("utf-8", "surrogateescape")
+                           .splitlines()))

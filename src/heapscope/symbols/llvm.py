@@ -14,7 +14,7 @@ import io
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from heapscope.errors import ToolError
@@ -184,18 +184,9 @@ class LlvmSymbolizer:
         """Resolve ``vaddrs`` (ELF virtual addresses) of the object ``path`` in one process."""
         if not vaddrs:
             return []
-        self.calls += 1
-        ran = None
-        ahead = _take_ahead(self.executable, [path])
-        if ahead is not None:
-            ran = ahead.finish("".join(f'"{path}" {v:#x}\n' for v in vaddrs))
-        if ran is None:
-            cmd = [self.executable, f"--obj={path}", *FLAGS]
-            try:
-                ran = _run(cmd, "".join(f"{v:#x}\n" for v in vaddrs))
-            except OSError as exc:
-                raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
-        returncode, stdout, stderr = ran
+        returncode, stdout, stderr = self._run_lookup(
+            [path], lambda: "".join(f'"{path}" {v:#x}\n' for v in vaddrs),
+            [self.executable, f"--obj={path}", *FLAGS], "".join(f"{v:#x}\n" for v in vaddrs))
         if returncode != 0:
             detail = stderr.strip().splitlines()[-1:] or [f"exit status {returncode}"]
             raise BackendError(f"llvm-symbolizer failed on {path}: {detail[0]}")
@@ -225,18 +216,8 @@ class LlvmSymbolizer:
         answers: dict[int, list[list[RawFrame]] | BackendError] = {}
         if len(todo) > 1:
             stdin = "".join(f'"{path}" {v:#x}\n' for path, vaddrs in todo for v in vaddrs)
-            self.calls += 1
-            ran = None
-            ahead = _take_ahead(self.executable, [path for path, _ in todo])
-            if ahead is not None:
-                ran = ahead.finish(stdin)
-            if ran is None:
-                try:
-                    ran = _run([self.executable, *FLAGS], stdin)
-                except OSError as exc:
-                    raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}"
-                                    ) from exc
-            returncode, stdout, _stderr = ran
+            returncode, stdout, _stderr = self._run_lookup(
+                [path for path, _ in todo], lambda: stdin, [self.executable, *FLAGS], stdin)
             lines = [ln for ln in stdout.split("\n") if ln.strip()]
             if returncode == 0 and len(lines) == sum(len(v) for _, v in todo):
                 at = 0
@@ -255,6 +236,22 @@ class LlvmSymbolizer:
                     got = exc
             out.append(got)
         return out
+
+
+    def _run_lookup(self, paths: Sequence[str], named: Callable[[], str], cmd: list[str],
+                    stdin: str) -> tuple[int, str, str]:
+        """One llvm-symbolizer run: the process started ahead for one of ``paths`` when
+        there is one (sent ``named()``, lines naming their file), else ``cmd`` fed ``stdin``;
+        its exit status, stdout and stderr."""
+        self.calls += 1
+        ahead = _take_ahead(self.executable, paths)
+        ran = ahead.finish(named()) if ahead is not None else None
+        if ran is None:
+            try:
+                ran = _run(cmd, stdin)
+            except OSError as exc:
+                raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
+        return ran
 
 
 def _answers(path: str, lines: list[str]) -> list[list[RawFrame]] | BackendError:
