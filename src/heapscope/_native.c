@@ -1147,7 +1147,157 @@ done:
         return result;                                          \
     }
 WITHOUT_GC(parse_records)
+
+/* ---- stacks as indices into an address table (heapscope.reuse) ---- */
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* (Every sample's stack as its length then each address's index in `index`, all
+   little-endian u32; the positions of the samples with per-thread values or via frames). */
+static PyObject *pack_stacks_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *index, *out = NULL, *extra = NULL;
+    if (!PyArg_ParseTuple(args, "OO!", &samples, &PyDict_Type, &index)) return NULL;
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    /* Indices by the address object's identity: a parse shares equal addresses, so a
+       million frames need a few thousand dict lookups. */
+    Table seen = {0};
+    extra = PyList_New(0);
+    if (extra == NULL || table_init(&seen, 16384) < 0) goto fail;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t words = ns;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        if (PyTuple_GET_SIZE(stack) > (Py_ssize_t)UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "stack too deep");
+            goto fail;
+        }
+        words += PyTuple_GET_SIZE(stack);
+        int t = PyObject_IsTrue(threads), v = t ? t : PyObject_IsTrue(via);
+        if (t < 0 || v < 0) goto fail;
+        if (v) {
+            PyObject *at = PyLong_FromSsize_t(i);
+            if (at == NULL || PyList_Append(extra, at) < 0) {
+                Py_XDECREF(at);
+                goto fail;
+            }
+            Py_DECREF(at);
+        }
+    }
+    out = PyBytes_FromStringAndSize(NULL, words * 4);
+    if (out == NULL) goto fail;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack = PyTuple_GET_ITEM(items[i], 0);
+        Py_ssize_t n = PyTuple_GET_SIZE(stack);
+        put_u32(p, (uint32_t)n);
+        p += 4;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *a = PyTuple_GET_ITEM(stack, j);
+            uint64_t key = (uint64_t)(uintptr_t)a;
+            Slot *slot = table_find(&seen, &key, 1);
+            if (slot->v == NULL) {
+                PyObject *k = PyDict_GetItemWithError(index, a);
+                long v = k == NULL ? -1 : PyLong_AsLong(k);
+                if (v < 0 || v > (long)UINT32_MAX) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_KeyError, "an address has no index");
+                    goto fail;
+                }
+                /* The table keeps the address alive (its identity stays its own) and
+                   its index. */
+                PyObject *pair = Py_BuildValue("(Ol)", a, v);
+                if (pair == NULL) goto fail;
+                if (table_put(&seen, slot, &key, 1, pair) < 0) {
+                    Py_DECREF(pair);
+                    goto fail;
+                }
+                slot = table_find(&seen, &key, 1);
+            }
+            put_u32(p, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(slot->v, 1)));
+            p += 4;
+        }
+    }
+    table_free(&seen);
+    Py_DECREF(seq);
+    return Py_BuildValue("(NN)", out, extra);
+fail:
+    table_free(&seen);
+    Py_XDECREF(out);
+    Py_XDECREF(extra);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* Samples (stack, values[i], (), ()) of `sample_type`, the stacks as pack_stacks wrote
+   them with table[index] for each index; ValueError when `data` is not exactly one stack
+   of valid indices per value. */
+static PyObject *unpack_samples_impl(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    PyObject *table, *values, *cls;
+    if (!PyArg_ParseTuple(args, "y*O!O!O", &buf, &PyTuple_Type, &table, &PyList_Type,
+                          &values, &cls))
+        return NULL;
+    if (check_sample_type(cls) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    const unsigned char *p = buf.buf, *end = p + buf.len;
+    Py_ssize_t nt = PyTuple_GET_SIZE(table), count = PyList_GET_SIZE(values);
+    PyObject *empty = PyTuple_New(0);
+    PyObject *out = empty == NULL ? NULL : PyList_New(count);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (end - p < 4) goto bad;
+        uint32_t n = get_u32(p);
+        p += 4;
+        if ((size_t)(end - p) / 4 < n) goto bad;
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (!PyTuple_Check(v)) goto bad;
+        PyObject *stack = PyTuple_New(n);
+        if (stack == NULL) goto fail;
+        for (uint32_t j = 0; j < n; j++, p += 4) {
+            uint32_t k = get_u32(p);
+            if ((Py_ssize_t)k >= nt) {
+                Py_DECREF(stack);
+                goto bad;
+            }
+            PyObject *a = PyTuple_GET_ITEM(table, k);
+            Py_INCREF(a);
+            PyTuple_SET_ITEM(stack, j, a);
+        }
+        PyObject *sample = new_sample((PyTypeObject *)cls, stack, v, empty, empty);
+        Py_DECREF(stack);
+        if (sample == NULL) goto fail;
+        PyList_SET_ITEM(out, i, sample);
+    }
+    if (p != end) goto bad;
+    Py_DECREF(empty);
+    PyBuffer_Release(&buf);
+    return out;
+bad:
+    PyErr_SetString(PyExc_ValueError, "malformed stack data");
+fail:
+    PyBuffer_Release(&buf);
+    Py_XDECREF(empty);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 WITHOUT_GC(address_sets)
+WITHOUT_GC(pack_stacks)
+WITHOUT_GC(unpack_samples)
 WITHOUT_GC(with_values)
 WITHOUT_GC(leaf_pairs)
 WITHOUT_GC(cut_leading)
@@ -1179,6 +1329,13 @@ static PyMethodDef methods[] = {
     {"function_columns", function_columns, METH_VARARGS,
      "function_columns(data, strings, elf64, little) -> (starts, ends, bindings, name "
      "offsets, reach) of the named function symbols, sorted; or None."},
+    {"pack_stacks", pack_stacks, METH_VARARGS,
+     "pack_stacks(samples, index) -> (bytes: each stack's length and its addresses' "
+     "indices (index[address]), little-endian u32; positions of samples with threads or "
+     "via)."},
+    {"unpack_samples", unpack_samples, METH_VARARGS,
+     "unpack_samples(data, table, values, sample_type) -> samples (stack, values[i], (), "
+     "()) of the stacks pack_stacks wrote, with table[index] for each index."},
     {NULL, NULL, 0, NULL},
 };
 

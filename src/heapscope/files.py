@@ -129,3 +129,19 @@ def create_atomically(path: str, data: bytes) -> None:
             os.unlink(tmp)
         raise
     os.unlink(tmp)
+
+
+#: What a cached result remembers of a file it was computed from: size, mtime and inode,
+#: or None when nothing (or no regular file) was there.
+Stamp = tuple[int, int, int] | None
+
+
+def stamp(path: str) -> Stamp:
+    """The :data:`Stamp` of ``path`` now (symlinks followed, as reading it would)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)

@@ -14,6 +14,7 @@ from heapscope.analysis.fold import FramePolicy, Wrappers, fold
 from heapscope.analysis.prune import prune
 from heapscope.analysis.unsample import unsample
 from heapscope.errors import InputError
+from heapscope.files import Stamp
 from heapscope.formats.cache import load_cached
 from heapscope.formats.load import dump_order, parse_dump_name
 from heapscope.formats.symbolized import SUFFIX
@@ -126,9 +127,23 @@ def prepare(
     threads: bool = False,
     progress: ProgressFn | None = None,
     frames: FramePolicy | None = None,
+    reuse: bool = True,
 ) -> Prepared:
     """Load one dump and return it unsampled, symbolized, with allocator frames pruned and
-    (unless ``frames`` says raw) each stack folded to its site."""
+    (unless ``frames`` says raw) each stack folded to its site.
+
+    With ``reuse`` and a cache directory, a result computed before from the same dump,
+    options and files is read back instead (:mod:`heapscope.reuse`), and a new one stored.
+    """
+    ident = None
+    if reuse and options.cache_dir is not None:
+        from heapscope import reuse as cache
+
+        ident = cache.identity(path, options, threads, frames)
+        if ident is not None:
+            found = cache.load(options.cache_dir, ident)
+            if found is not None:
+                return Prepared(*found)
     name = os.path.basename(path)
     if progress is not None:
         progress(f"reading {name}", 0, 0)
@@ -137,9 +152,16 @@ def prepare(
     if raw.locations:
         # A heapscope profile carries its own symbols: no binaries needed, none consulted.
         folded = fold(prune(estimated), frames)
-        return Prepared(folded.profile, (), folded.wrappers)
-    result = symbolize(estimated, options, progress)
-    if progress is not None:
-        progress(f"removing allocator frames from {name}", 0, 0)
-    folded = fold(prune(result.profile), frames)
-    return Prepared(folded.profile, result.diagnostics, folded.wrappers)
+        prepared = Prepared(folded.profile, (), folded.wrappers)
+        depends: tuple[tuple[str, Stamp], ...] | None = ()
+    else:
+        result = symbolize(estimated, options, progress)
+        if progress is not None:
+            progress(f"removing allocator frames from {name}", 0, 0)
+        folded = fold(prune(result.profile), frames)
+        prepared = Prepared(folded.profile, result.diagnostics, folded.wrappers)
+        depends = result.depends
+    if ident is not None and options.cache_dir is not None and depends is not None:
+        cache.store(options.cache_dir, ident, depends,
+                    (prepared.profile, prepared.diagnostics, prepared.wrappers))
+    return prepared

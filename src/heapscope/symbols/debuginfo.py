@@ -35,38 +35,37 @@ class DebugFinder:
 
     def find(self, binary: ElfInfo) -> ElfInfo | None:
         """The debug file for ``binary``, or None when there is none anywhere."""
-        bid = binary.build_id
-        link = binary.debuglink
-        here = os.path.dirname(binary.path)
-        for d in self.options.debug_dirs:
-            if bid:
-                found = self._accept(_build_id_path(d, bid), binary, None)
-                if found:
-                    return found
-            if link:
-                found = self._accept(os.path.join(d, link[0]), binary, link[1])
-                if found:
-                    return found
-        if bid:
-            found = self._accept(_build_id_path(self.options.system_debug_dir, bid), binary, None)
+        for path, crc in self.candidates(binary):
+            found = self._accept(path, binary, crc)
             if found:
                 return found
-        if link:
-            name, crc = link
-            system_dir = self.options.system_debug_dir.rstrip("/") + os.path.abspath(here)
-            for cand in (
-                os.path.join(here, name),
-                os.path.join(here, ".debug", name),
-                os.path.join(system_dir, name),
-            ):
-                found = self._accept(cand, binary, crc)
-                if found:
-                    return found
+        bid = binary.build_id
         if bid and self.options.debuginfod_urls and self.download_dir:
             path = fetch_debuginfo(bid, self.options.debuginfod_urls, self.download_dir, self.notes)
             if path:
                 return self._accept(path, binary, None)
         return None
+
+    def candidates(self, binary: ElfInfo) -> list[tuple[str, int | None]]:
+        """The local files :meth:`find` tries, in order, each with the CRC it must have
+        (None: proven by build-id instead)."""
+        bid = binary.build_id
+        link = binary.debuglink
+        out: list[tuple[str, int | None]] = []
+        for d in self.options.debug_dirs:
+            if bid:
+                out.append((_build_id_path(d, bid), None))
+            if link:
+                out.append((os.path.join(d, link[0]), link[1]))
+        if bid:
+            out.append((_build_id_path(self.options.system_debug_dir, bid), None))
+        if link:
+            name, crc = link
+            here = os.path.dirname(binary.path)
+            system_dir = self.options.system_debug_dir.rstrip("/") + os.path.abspath(here)
+            out += [(os.path.join(here, name), crc), (os.path.join(here, ".debug", name), crc),
+                    (os.path.join(system_dir, name), crc)]
+        return out
 
     def _accept(self, path: str, binary: ElfInfo, crc: int | None) -> ElfInfo | None:
         if not os.path.isfile(path):

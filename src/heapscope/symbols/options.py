@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
+from heapscope.files import Stamp
 from heapscope.model import Profile
 
 #: Called as progress(description, done, total) while long work runs.
@@ -86,7 +87,14 @@ class Diagnostic(NamedTuple):
 
 
 class Symbolized(NamedTuple):
-    """The symbolized profile and what the symbolizer had to say about it."""
+    """The symbolized profile and what the symbolizer had to say about it.
+
+    ``depends`` lists every file the names were read from or looked for, with its stamp
+    then (None: absent): while all are unchanged, symbolizing again gives the same result.
+    None when the result could differ with nothing on disk changed (no llvm-symbolizer, a
+    failed run, a debuginfod server asked).
+    """
 
     profile: Profile
     diagnostics: tuple[Diagnostic, ...] = ()
+    depends: tuple[tuple[str, Stamp], ...] | None = None

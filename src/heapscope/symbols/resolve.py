@@ -16,10 +16,11 @@ import os
 import queue
 import threading
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
 from heapscope.errors import ToolError
+from heapscope.files import Stamp, stamp
 from heapscope.model import Frame, Location, Mapping, Profile
 from heapscope.symbols.cache import CacheEntry, Chain, SymbolCache
 from heapscope.symbols.debuginfo import DebugFinder
@@ -129,6 +130,11 @@ class _Run:
         self._frame_memo: dict[RawFrame, Frame] = {}
         self._inlined_memo: dict[RawFrame, Frame] = {}
         self.no_symbolizer: str = ""  # why the DWARF symbolizer cannot run, once known
+        # Every file the names come from or were looked for, stamped before it is read
+        # (Symbolized.depends); ``reusable`` turns False when the result may change without
+        # any of them changing.
+        self.depends: dict[str, Stamp] = {b: stamp(b) for b in options.binaries}
+        self.reusable = True
 
     def run(self) -> Symbolized:
         """Symbolize every address of the profile."""
@@ -170,10 +176,13 @@ class _Run:
         for path in ordered:
             mod = modules[path]
             self._report(f"locating {mod.name}")
+            self._depend(locator.candidates(mod))
             locator.locate(mod)
             out, vaddr_of = self._vaddrs(mod, by_module[path])
             plan = None
             if mod.elf is not None and vaddr_of:
+                if not mod.elf.has_debug_info:
+                    self._depend(path for path, _ in self.finder.candidates(mod.elf))
                 plan = self._plan(mod, mod.elf, sorted(set(vaddr_of.values())))
                 plan.items, plan.vaddr_of = by_module[path], vaddr_of
             plans.append((mod, out, plan))
@@ -198,7 +207,14 @@ class _Run:
         # name here, or no addresses) would only wait for its input until heapscope exits.
         discard_ahead()
         result = self.profile.with_(locations=MappingProxyType(locations))
-        return Symbolized(result, tuple(self.diagnostics))
+        depends = tuple(self.depends.items()) if self.reusable else None
+        return Symbolized(result, tuple(self.diagnostics), depends)
+
+    def _depend(self, paths: Iterable[str]) -> None:
+        """Add files the result depends on, as they are now."""
+        for path in paths:
+            if path not in self.depends:
+                self.depends[path] = stamp(path)
 
     def _report(self, what: str) -> None:
         """Tell the progress callback what runs now and how many modules are done."""
@@ -265,9 +281,12 @@ class _Run:
                 mod.info(note)
             self.finder.notes.clear()
         best = debug or elf
+        self._depend([best.path])  # a debuginfod download is in no candidate list
         dwarf = best.has_debug_info
         if not dwarf:
             mod.info("no debug info (names from the symbol table only)")
+            if self.options.debuginfod_urls:
+                self.reusable = False  # a server may have it next time
         if entry is None or (dwarf and not entry.dwarf):
             entry = CacheEntry(dwarf)  # a symtab-only entry is stale once DWARF turns up
         missing = [v for v in vaddrs if v not in entry.frames]
@@ -399,10 +418,12 @@ class _Run:
             if isinstance(p.result, BackendError):
                 mod.warn(f"{p.result}; using the symbol table")
                 cacheable = False
+                self.reusable = False
             elif isinstance(p.result, ToolError):
                 # No symbolizer at all: names from symbol tables (functions, no lines) are
                 # still names; never nothing. Said once for the whole run, in _finish.
                 cacheable = False
+                self.reusable = False
             elif p.result is not None:
                 raw = p.result
             frames = entry.frames
@@ -459,6 +480,8 @@ class _Run:
             else None
         )
         dirs = [*self.options.perf_map_dirs, *([source_dir] if source_dir else []), "/tmp"]
+        if self.profile.pid is not None:
+            self._depend(os.path.join(d, f"perf-{self.profile.pid}.map") for d in dirs)
         perf_path = find_perf_map(self.profile.pid, dirs)
         perf = PerfMap()
         why = untrusted(perf_path, self._process_owners()) if perf_path is not None else ""
