@@ -77,7 +77,8 @@ def pprof_of(path: str, symbols: SymbolOptions) -> bytes:
     from heapscope.prepare import prepare
     from heapscope.render.pprof import PprofOptions, file_build_ids, render_pprof
 
-    profile = prepare(path, symbols, frames=FramePolicy(mode="raw")).profile
+    # reuse=False: the agent reads each new dump once; storing it would only cost time.
+    profile = prepare(path, symbols, frames=FramePolicy(mode="raw"), reuse=False).profile
     return render_pprof([profile], PprofOptions(build_id=file_build_ids(),
                                                 default_sample_type="inuse_space"))
 

@@ -194,13 +194,18 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     opts = symbol_options(args, paths)
     policy = frame_policy(args) if fold else FramePolicy(mode="raw")
     thread = getattr(args, "thread", None)
+    # Stored results pay off on a few dumps looked at again; a long series would only push
+    # them out of the cache.
+    from heapscope.reuse import KEEP
+
+    reuse = len(paths) <= KEEP
     out = []
     wrappers = Wrappers()
     failed: list[InputError] = []
     for path in paths:
         try:
             prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
-                           frames=policy)
+                           frames=policy, reuse=reuse)
         except InputError as e:
             if len(paths) == 1:
                 raise

@@ -41,9 +41,9 @@ class DebugFinder:
                 return found
         bid = binary.build_id
         if bid and self.options.debuginfod_urls and self.download_dir:
-            path = fetch_debuginfo(bid, self.options.debuginfod_urls, self.download_dir, self.notes)
-            if path:
-                return self._accept(path, binary, None)
+            got = fetch_debuginfo(bid, self.options.debuginfod_urls, self.download_dir, self.notes)
+            if got:
+                return self._accept(got, binary, None)
         return None
 
     def candidates(self, binary: ElfInfo) -> list[tuple[str, int | None]]:
