@@ -131,6 +131,21 @@ def create_atomically(path: str, data: bytes) -> None:
     os.unlink(tmp)
 
 
+def keep_newest(folder: str, suffix: str, keep: int) -> None:
+    """Delete all but the ``keep`` most recently written files ending in ``suffix`` in
+    ``folder`` (a cache's entries); files that vanish meanwhile are skipped."""
+    entries = []
+    with os.scandir(folder) as it:
+        for e in it:
+            if e.name.endswith(suffix):
+                with contextlib.suppress(OSError):
+                    entries.append((e.stat().st_mtime_ns, e.path))
+    entries.sort(reverse=True)
+    for _, old in entries[keep:]:
+        with contextlib.suppress(OSError):
+            os.unlink(old)
+
+
 #: What a cached result remembers of a file it was computed from: size, mtime and inode,
 #: or None when nothing (or no regular file) was there.
 Stamp = tuple[int, int, int] | None

@@ -19,7 +19,6 @@ the current user owns them and nobody else may write them; the newest :data:`KEE
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import stat
@@ -33,7 +32,7 @@ from typing import Any
 
 from heapscope import __version__
 from heapscope.analysis.fold import FramePolicy, Wrappers
-from heapscope.files import Stamp, replace_atomically, stamp
+from heapscope.files import Stamp, keep_newest, replace_atomically, stamp
 from heapscope.model import (
     Frame,
     Location,
@@ -138,22 +137,9 @@ def store(cache_dir: str, ident: str, depends: tuple[tuple[str, Stamp], ...],
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         replace_atomically(path, marshal.dumps((ident, depends, payload)))
-        _trim(os.path.dirname(path))
+        keep_newest(os.path.dirname(path), ".marshal", KEEP)
     except (OSError, ValueError):
         pass
-
-
-def _trim(folder: str) -> None:
-    entries = []
-    with os.scandir(folder) as it:
-        for e in it:
-            if e.name.endswith(".marshal"):
-                with contextlib.suppress(OSError):
-                    entries.append((e.stat().st_mtime_ns, e.path))
-    entries.sort(reverse=True)
-    for _, old in entries[KEEP:]:
-        with contextlib.suppress(OSError):
-            os.unlink(old)
 
 
 def _encode(profile: Profile, diagnostics: tuple[Diagnostic, ...], wrappers: Wrappers

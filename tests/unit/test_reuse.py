@@ -18,13 +18,13 @@ from heapscope.model import Frame, Location, Mapping, Profile, Sample, ThreadVal
 from heapscope.native import core
 from heapscope.prepare import prepare
 from heapscope.symbols import SymbolOptions
-from heapscope.symbols.llvm import discard_ahead
 from heapscope.symbols.options import Diagnostic
 
 from .test_symbols_ahead import top_rows, write_dump
 from .test_symbols_support import (
     EXE_BASE,
     build_c,
+    fresh_cache,
     mappings_for,
     need,
     return_address,
@@ -52,15 +52,6 @@ def dump(program: Path, tmp_path: Path) -> Path:
                       mappings_for(program, EXE_BASE))
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("HEAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
-    monkeypatch.delenv("HEAPSCOPE_SYMBOLIZER", raising=False)
-    yield tmp_path / "cache"
-    discard_ahead()
-
-
 class Counted:
     """Counts how often the dump is read and symbolized (the work a stored result saves)."""
 
@@ -79,6 +70,11 @@ class Counted:
 
         monkeypatch.setattr(heapscope.prepare, "load_cached", counting_load)
         monkeypatch.setattr(heapscope.prepare, "symbolize", counting_symbolize)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    yield from fresh_cache(tmp_path, monkeypatch)
 
 
 def entries(cache: Path) -> list[Path]:

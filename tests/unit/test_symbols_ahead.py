@@ -17,11 +17,12 @@ import pytest
 from heapscope.cli.main import main
 from heapscope.model import Mapping
 from heapscope.symbols import ahead, llvm
-from heapscope.symbols.llvm import LlvmSymbolizer, ahead_paths, discard_ahead
+from heapscope.symbols.llvm import LlvmSymbolizer, ahead_paths
 
 from .test_symbols_support import (
     EXE_BASE,
     build_c,
+    fresh_cache,
     functions,
     mappings_for,
     need,
@@ -67,11 +68,7 @@ def dump(program: Path, tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh symbol cache, no debuginfod; nothing left started after the test."""
-    monkeypatch.setenv("HEAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
-    monkeypatch.delenv("HEAPSCOPE_SYMBOLIZER", raising=False)
-    yield tmp_path / "cache"
-    discard_ahead()
+    yield from fresh_cache(tmp_path, monkeypatch)
 
 
 def top_rows(*args: str) -> list[dict[str, Any]]:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from heapscope.model import Mapping, Profile, Sample
-from heapscope.symbols.llvm import LlvmSymbolizer, RawFrame
+from heapscope.symbols.llvm import LlvmSymbolizer, RawFrame, discard_ahead
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "symbols"
 EXE_BASE = 0x555555554000
@@ -142,3 +142,13 @@ def split_debug(binary: Path, debug: Path) -> None:
     run("objcopy", "--only-keep-debug", binary, debug)
     run("strip", "--strip-debug", "--strip-unneeded", binary)
     run("objcopy", f"--add-gnu-debuglink={debug}", binary)
+
+
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The body of a cache fixture: an empty cache folder, no debuginfod, the llvm-symbolizer
+    on PATH; nothing started ahead is left running after the test."""
+    monkeypatch.setenv("HEAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
+    monkeypatch.delenv("HEAPSCOPE_SYMBOLIZER", raising=False)
+    yield tmp_path / "cache"
+    discard_ahead()

@@ -9,13 +9,13 @@ version-specific), live in ``<cache>/dumps/`` and are written atomically. Only t
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import sys
 from typing import Any
 
 from heapscope import __version__
+from heapscope.files import keep_newest, stamp
 from heapscope.formats.load import load
 from heapscope.model import Mapping, Profile, Sample, Thread, ThreadValues
 from heapscope.native import core
@@ -25,12 +25,10 @@ _FORMAT = 1
 
 
 def _key(path: str, threads: bool) -> str | None:
-    try:
-        st = os.stat(path)
-    except OSError:
+    st = stamp(path)  # size, mtime, inode
+    if st is None:
         return None
-    ident = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, threads,
-             __version__, sys.version, _FORMAT)
+    ident = (os.path.realpath(path), *st, threads, __version__, sys.version, _FORMAT)
     import hashlib  # only when the cache is used: start-up time
 
     return hashlib.sha1(repr(ident).encode()).hexdigest()
@@ -92,21 +90,7 @@ def _store(folder: str, entry: str, profile: Profile) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(marshal.dumps(_encode(profile)))
         os.replace(tmp, entry)
-        _trim(folder)
+        keep_newest(folder, ".marshal", KEEP)
     except OSError:
         pass  # a cache that cannot be written is only a slower second run
 
-
-def _trim(folder: str) -> None:
-    entries = []
-    for name in os.listdir(folder):
-        if name.endswith(".marshal"):
-            full = os.path.join(folder, name)
-            try:
-                entries.append((os.stat(full).st_mtime, full))
-            except OSError:
-                continue
-    entries.sort(reverse=True)
-    for _, full in entries[KEEP:]:
-        with contextlib.suppress(OSError):
-            os.unlink(full)
