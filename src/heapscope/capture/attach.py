@@ -110,7 +110,7 @@ class Controller:
             "lg_prof_interval": v.get("opt.lg_prof_interval"),
             "stats": {s: v.get(f"stats.{s}") for s in STATS},
             "attach": {"threads": r.threads, "threads_in_allocator": r.busy_threads,
-                       "threads_asleep_in_allocator": r.parked_threads,
+                       "caller_tid": r.caller_tid, "mode": r.mode,
                        "retries": r.retries, "stopped_s": r.stopped_s,
                        "wall_s": round(r.wall_s, 3)},
         }

@@ -1,12 +1,22 @@
-"""Call ``mallctl`` inside a running process through gdb, one bounded gdb process per step.
+"""Call ``mallctl`` inside a running process through gdb, without calling it under gdb.
 
-gdb runs in batch mode with a Python script (``gdbscript.SCRIPT``) that attaches, looks at every
-thread's newest frames, detaches and retries a little later while a thread is inside the
-allocator, calls ``mallctl`` on a thread outside it with ``scheduler-locking off`` (the other
-threads run during the call, so they release whatever lock they hold), restores the thread's
-registers and detaches. Safety nets around it: every gdb run is bounded by a timeout (SIGINT
-first, which makes gdb unwind the call and detach, then SIGKILL, after which the kernel
-detaches); a target found stopped afterwards gets SIGCONT.
+One gdb run in batch mode (``gdbscript.SCRIPT``) visits each process: it attaches, picks a
+thread outside the allocator, the loader and the unwinder, writes the call stub
+(``stub_x86_64.S``) and the calls into the process, points the thread at the stub and
+detaches. The calls then run as ordinary code of the process, and this module reads their
+results back through ``/proc/PID/mem``. Nothing here can hurt the target:
+
+- a signal sent to the process while gdb holds it is passed on (none is a reason to stop, and
+  there is no call under gdb for it to interrupt);
+- gdb's output goes to a file and gdb runs in its own session, so a heapscope that dies (or
+  a Ctrl-C in heapscope's terminal) leaves gdb to finish and detach;
+- a gdb killed at any moment leaves the thread either untouched or pointed at a stub that
+  needs nothing more from outside; a target left in a stop by a dead gdb gets SIGCONT;
+- heapscope stops waiting for a call that does not return (a lock held by a thread that
+  waits on I/O), says why, and leaves it to finish by itself.
+
+Where the stub cannot be used (another architecture, no room in the process) the calls are
+made through gdb, as an inferior function call, and gdb is then never interrupted mid-call.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -22,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from heapscope.capture import stub
 from heapscope.capture.gdbscript import SCRIPT
 from heapscope.errors import HeapscopeError, ToolError
 
@@ -39,6 +51,8 @@ PTRACE_HINT = (
     "sysctl kernel.yama.ptrace_scope=0 (currently {scope}); in a container, start it with "
     "--cap-add SYS_PTRACE (CAP_SYS_PTRACE) and a seccomp profile that allows ptrace"
 )
+# How long a dead gdb's last process may take to enter the stub it was pointed at.
+_ENTRY_GRACE = 2.0
 
 
 class AttachError(HeapscopeError):
@@ -56,8 +70,10 @@ class Op:
     value: Any = None  # a dict {pid: value} gives each process of call_each its own
     write: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.kind, "value": self.value, "write": self.write}
+    def for_pid(self, pid: int) -> dict[str, Any]:
+        """The operation as the stub and the script take it, with this process's value."""
+        value = self.value.get(pid) if isinstance(self.value, dict) else self.value
+        return {"name": self.name, "type": self.kind, "value": value, "write": self.write}
 
 
 @dataclass
@@ -69,11 +85,12 @@ class CallResult:
     symbol: str
     threads: int
     retries: int
-    busy_threads: int
-    stopped_s: float
+    busy_threads: int  # threads looked at and found inside the allocator
+    stopped_s: float  # how long the process was held stopped
     wall_s: float
     raw: dict[str, Any] = field(default_factory=dict)
-    parked_threads: int = 0  # asleep in a condition wait the allocator started (harmless)
+    mode: str = "stub"  # stub: the calls ran after gdb left; call: under gdb
+    caller_tid: int = 0
 
 
 def gdb_path() -> str:
@@ -146,16 +163,13 @@ def ensure_running(pid: int, was_stopped: bool) -> bool:
     return True
 
 
-def _stop_gdb(proc: subprocess.Popen[str], grace: float, mark: str) -> None:
-    """SIGINT (gdb unwinds the inferior call and detaches), then SIGKILL.
-
-    ``mark`` is created first: it tells the script that the SIGINT the target is about to
-    stop with is gdb's own interruption, not one sent to the target by someone else (which
-    the script hands back to the target after detaching)."""
-    with contextlib.suppress(OSError):
-        open(mark, "w").close()
+def _stop_gdb(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM (gdb detaches from what it holds and quits), then SIGKILL. Only used while
+    no call runs under gdb: stopping gdb is then harmless to the target."""
+    if proc.poll() is not None:
+        return
     try:
-        proc.send_signal(signal.SIGINT)
+        proc.terminate()
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
@@ -174,151 +188,310 @@ def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60
     return got
 
 
+@dataclass
+class _Pending:
+    """One process's progress through the gdb run and its stub call."""
+
+    pid: int
+    ops: list[dict[str, Any]]
+    room: stub.Room | None
+    seq: int
+    began: float = 0.0
+    doc: dict[str, Any] | None = None  # gdb's line for it
+    pointed: float = 0.0  # when gdb said it points the thread at the stub
+    result: CallResult | HeapscopeError | None = None
+
+
 def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
               timeout: float = 60.0, retries: int = 5, retry_delay: float = 0.05,
               symbols: tuple[str, ...] = SYMBOLS) -> dict[int, CallResult | HeapscopeError]:
-    """``call`` on each of ``pids`` in turn, in one gdb run (gdb's start-up, a fifth of a
-    second, is paid once, and a program's symbols are read once for all its processes).
+    """``call`` on each of ``pids``, in one gdb run (gdb's start-up, a fifth of a second,
+    is paid once, and a program's symbols are read once for all its processes).
 
-    ``timeout`` bounds each process: the run is stopped when one takes longer, and the
-    processes after it get an error saying they were not reached.
+    ``timeout`` bounds each process: how long it may be held, and how long its calls may
+    take once they run.
     """
     gdb = gdb_path()
     was_stopped = {pid: proc_state(pid) == "T" for pid in pids}
-    params = {"pids": pids, "ops": [op.as_dict() for op in ops], "need_prof": need_prof,
-              "retries": retries, "retry_delay": retry_delay, "symbols": list(symbols),
-              "call_timeout": max(1, int(timeout)), "no_debug_files": True}
-    docs: dict[int, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="heapscope-gdb-") as tmp:
+    why_not = stub.unsupported()
+    pending: dict[int, _Pending] = {}
+    plans: dict[str, Any] = {}
+    ops_of: dict[str, Any] = {}
+    for pid in pids:
+        mine = ([Op("opt.prof", "bool"), Op("config.prof", "bool")] if need_prof else []) \
+            + list(ops)
+        listed = [op.for_pid(pid) for op in mine]
+        room = stub.find_room(pid) if why_not is None else why_not
+        p = _Pending(pid, listed, room if isinstance(room, stub.Room) else None,
+                     random.getrandbits(62) + 1)
+        pending[pid] = p
+        ops_of[str(pid)] = listed
+        if p.room is not None:
+            try:
+                block = stub.build_block(listed, p.seq, pid)
+            except ValueError as e:
+                p.result = AttachError(f"pid {pid}: {e}")
+                continue
+            plans[str(pid)] = {"room": p.room.as_dict(), "block": block.as_dict(),
+                               "seq": p.seq}
+    todo = [pid for pid in pids if pending[pid].result is None]
+    params = {"pids": todo, "ops_of": ops_of, "plans": plans, "retries": retries,
+              "retry_delay": retry_delay, "symbols": list(symbols),
+              "call_timeout": max(1, int(timeout)), "no_debug_files": True,
+              "stub": {"blob": stub.BLOB.hex(), "results_magic": stub.RESULTS_MAGIC.decode(),
+                       "slot_resume": stub.SLOT_RESUME, "entry": stub.ENTRY,
+                       "red_zone": stub.RED_ZONE, "data": stub.DATA,
+                       "stack_needed": stub.STACK_NEEDED}}
+    if todo:
+        _run_gdb(gdb, params, [pending[pid] for pid in todo], timeout, was_stopped)
+    out: dict[int, CallResult | HeapscopeError] = {}
+    for pid in pids:
+        got = pending[pid].result
+        if isinstance(got, CallResult) and need_prof:
+            got = _check_prof(pid, got)
+        out[pid] = got if got is not None else AttachError(f"pid {pid} was not reached")
+    return out
+
+
+def _run_gdb(gdb: str, params: dict[str, Any], order: list[_Pending], timeout: float,
+             was_stopped: dict[int, bool]) -> None:
+    """Run the gdb script over ``order`` and follow each process to its result."""
+    tmp = tempfile.mkdtemp(prefix="heapscope-gdb-")
+    try:
         script = os.path.join(tmp, "attach.py")
         with open(script, "w", encoding="utf-8") as f:
             f.write(SCRIPT)
         pfile = os.path.join(tmp, "params.json")
         with open(pfile, "w", encoding="utf-8") as f:
             json.dump(params, f)
-        env = dict(os.environ, HEAPSCOPE_GDB_PARAMS=pfile, PYTHONDONTWRITEBYTECODE="1")
+        outfile = os.path.join(tmp, "out")
+        open(outfile, "w").close()
+        env = dict(os.environ, HEAPSCOPE_GDB_PARAMS=pfile, HEAPSCOPE_GDB_OUT=outfile,
+                   PYTHONDONTWRITEBYTECODE="1")
         env.pop("PYTHONPATH", None)
         env.pop("PYTHONHOME", None)
         cmd = [gdb, "-nx", "-nh", "-q", "-batch", "-x", script]
-        with open(os.path.join(tmp, "stderr"), "w+", encoding="utf-8",
-                  errors="replace") as errf:
+        with open(os.path.join(tmp, "stderr"), "w+b") as errf:
             try:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=errf, text=True, env=env,
+                # Its own session: a Ctrl-C or SIGHUP meant for heapscope never reaches gdb,
+                # and gdb goes on to detach if heapscope dies.
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=errf, env=env,
                                         start_new_session=True)
             except OSError as e:
                 raise ToolError(f"cannot run gdb: {e.strerror or e}") from None
+            follow = _Follow(proc, outfile, order, timeout)
             try:
-                out, timed_out, walls = _collect(proc, pids, docs, timeout,
-                                                 os.path.join(tmp, "interrupting"))
-            except BaseException:
-                _stop_gdb(proc, grace=10.0, mark=os.path.join(tmp, "interrupting"))
-                for pid in pids:
-                    ensure_running(pid, was_stopped[pid])
-                raise
+                follow.run()
+                if proc.poll() is None and follow.may_stop_gdb():
+                    # It has detached from everything and is about to end.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
+            finally:
+                if follow.may_stop_gdb():
+                    _stop_gdb(proc)
+                elif proc.poll() is None:
+                    follow.leave_gdb()
             errf.seek(0)
-            err = errf.read()
-    results: dict[int, CallResult | HeapscopeError] = {}
-    for pid in pids:
-        resumed = ensure_running(pid, was_stopped[pid])
-        doc = docs.get(pid)
-        if timed_out == pid and (doc is None or doc.get("error") == "interrupted"):
-            results[pid] = AttachError(
-                f"gdb did not finish within {timeout:g} s on pid {pid}; it was stopped"
-                + (" and the target sent SIGCONT" if resumed else "")
-                + " (raise --timeout for huge heaps)")
-        elif doc is None and timed_out is not None:
-            results[pid] = AttachError(f"pid {pid} was not reached: gdb was stopped on pid "
-                                       f"{timed_out}, which took over {timeout:g} s")
-        elif doc is None:
-            results[pid] = _no_result(pid, out, err, proc.returncode)
-        elif "error" in doc:
-            results[pid] = _error(pid, doc)
-        else:
-            results[pid] = _result(doc, walls.get(pid, 0.0))
-    return results
+            err = errf.read().decode("utf-8", "replace")
+        abnormal = proc.returncode is not None and proc.returncode != 0
+        for p in order:
+            resumed = ensure_running(p.pid, was_stopped[p.pid]) if abnormal else False
+            if p.result is None:
+                p.result = _no_result(p.pid, err, proc.returncode, follow, resumed)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _collect(proc: subprocess.Popen[str], pids: list[int], docs: dict[int, dict[str, Any]],
-             timeout: float, mark: str) -> tuple[str, int | None, dict[int, float]]:
-    """Read gdb's output, a result line per process, into ``docs``; stop gdb when one
-    process takes longer than ``timeout``. Returns (the other output, the pid gdb was
-    stopped on or None, each process's wall time)."""
-    import queue
-    import threading
+class _Follow:
+    """Reads gdb's result lines as they come and polls each started stub call."""
 
-    lines: queue.Queue[str | None] = queue.Queue()
+    def __init__(self, proc: subprocess.Popen[bytes], outfile: str, order: list[_Pending],
+                 timeout: float) -> None:
+        self.proc = proc
+        self.outfile = outfile
+        self.order = order
+        self.by_pid = {p.pid: p for p in order}
+        self.timeout = timeout
+        self.offset = 0
+        self.partial = b""
+        self.last_line = time.monotonic()
+        self.calling_under_gdb: int | None = None  # a pid whose call runs under gdb now
+        self.gdb_stuck_on: int | None = None
+        self.left_behind: list[str] = []
+        for p in order:
+            p.began = self.last_line
 
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True, name="heapscope-gdb-out").start()
-    other: list[str] = []
-    walls: dict[int, float] = {}
-    last = time.monotonic()
-
-    def take(line: str) -> None:
-        nonlocal last
-        doc = _parse(line)
-        if doc is None or not isinstance(doc.get("pid"), int):
-            other.append(line)
-            return
-        now = time.monotonic()
-        docs[doc["pid"]] = doc
-        walls[doc["pid"]] = now - last
-        last = now
-
-    while True:
+    def lines(self) -> list[dict[str, Any]]:
         try:
-            line = lines.get(timeout=max(0.0, last + timeout - time.monotonic()))
-        except queue.Empty:
-            _stop_gdb(proc, grace=10.0, mark=mark)
-            stuck = next((pid for pid in pids if pid not in docs), None)
-            # The interrupted process's line, if gdb wrote one while unwinding.
+            with open(self.outfile, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *whole, self.partial = data.split(b"\n")
+        docs = []
+        for line in whole:
+            text = line.decode("utf-8", "replace")
+            if text.startswith(MARK):
+                try:
+                    doc = json.loads(text[len(MARK):])
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and isinstance(doc.get("pid"), int):
+                    docs.append(doc)
+        return docs
+
+    def take(self, doc: dict[str, Any]) -> None:
+        p = self.by_pid.get(doc["pid"])
+        now = time.monotonic()
+        self.last_line = now
+        if p is None:
+            return
+        phase = doc.get("phase")
+        if phase == "calling":
+            self.calling_under_gdb = p.pid
+            return
+        if phase == "pointing":
+            p.pointed = now
+            return
+        if phase == "end":
+            return
+        self.calling_under_gdb = None
+        p.doc = doc
+        nxt = self._next(p)
+        if nxt is not None:
+            nxt.began = now
+        if "error" in doc:
+            p.result = _error(p.pid, doc)
+        elif doc.get("ok"):
+            p.result = _result(doc, doc["results"], now - p.began)
+        # started: the stub runs now; poll() reads its results
+
+    def _next(self, p: _Pending) -> _Pending | None:
+        i = self.order.index(p)
+        return self.order[i + 1] if i + 1 < len(self.order) else None
+
+    def poll(self) -> None:
+        """Read the results of every stub that runs; give up on those past the timeout."""
+        now = time.monotonic()
+        gdb_gone = self.proc.poll() is not None
+        for p in self.order:
+            if p.result is not None or p.room is None:
+                continue
+            started = p.doc is not None and p.doc.get("started")
+            if not started and not (gdb_gone and p.pointed):
+                continue
             try:
-                while (rest := lines.get(timeout=5.0)) is not None:
-                    take(rest)
-            except queue.Empty:
-                pass
-            return "".join(other), stuck, walls
-        if line is None:
-            proc.wait()
-            return "".join(other), None, walls
-        take(line)
+                head = stub.read_memory(p.pid, p.room.results, stub.RESULTS_NEEDED)
+            except OSError:
+                p.result = AttachError(f"process {p.pid} exited during the attach") \
+                    if proc_state(p.pid) in (None, "Z", "X") else AttachError(
+                    f"pid {p.pid}: its memory cannot be read to collect the results")
+                continue
+            state = stub.parse_state(head)
+            since = p.pointed or p.began
+            if state.done == p.seq:
+                p.result = _result(p.doc or {"pid": p.pid}, stub.decode(p.ops, head, p.pid),
+                                   now - p.began)
+            elif not started and state.started != p.seq and now - since > _ENTRY_GRACE:
+                p.result = AttachError(f"gdb ended before pointing pid {p.pid} at the call; "
+                                       "nothing was changed in the process")
+            elif now - since > self.timeout:
+                p.result = AttachError(_stuck(p, self.timeout))
+
+    def run(self) -> None:
+        delay = 0.0005
+        while True:
+            gdb_done = self.proc.poll() is not None
+            for doc in self.lines():  # read after the poll: gdb's last lines are in
+                self.take(doc)
+            self.poll()
+            open_calls = [p for p in self.order if p.result is None]
+            if not open_calls or (gdb_done and not any(
+                    (p.doc is not None and p.doc.get("started")) or p.pointed
+                    for p in open_calls)):
+                return
+            if (not gdb_done and self.gdb_stuck_on is None
+                    and time.monotonic() - self.last_line > self.timeout):
+                stuck = next((p for p in self.order if p.doc is None), None)
+                self.gdb_stuck_on = stuck.pid if stuck is not None else 0
+                if self.calling_under_gdb is not None:
+                    return  # never stop gdb mid-call: leave it to finish
+                _stop_gdb(self.proc)
+                continue
+            time.sleep(delay)
+            delay = min(0.02, delay * 1.5)
+
+    def may_stop_gdb(self) -> bool:
+        """False while a call runs under gdb (the fallback): stopping gdb then would leave the
+        thread to return into gdb's dummy frame."""
+        return self.calling_under_gdb is None
+
+    def leave_gdb(self) -> None:
+        self.left_behind.append(f"gdb (pid {self.proc.pid}) stays attached until the call "
+                                "returns, then detaches")
 
 
-def _result(doc: dict[str, Any], wall: float) -> CallResult:
-    values = {r["name"]: r["value"] for r in doc["results"] if not r["write"]}
-    rcs = {r["name"]: r["rc"] for r in doc["results"]}
+def _stuck(p: _Pending, timeout: float) -> str:
+    tid = (p.doc or {}).get("caller_tid", 0)
+    where = ""
+    try:
+        with open(f"/proc/{p.pid}/task/{tid}/wchan", encoding="utf-8") as f:
+            wchan = f.read().strip()
+        where = f", waiting in the kernel in {wchan}" if wchan and wchan != "0" else ""
+    except OSError:
+        pass
+    return (f"the call in pid {p.pid} has not returned after {timeout:g} s (thread {tid}"
+            f"{where}: a lock it needs is held, e.g. by another thread writing a dump); it "
+            "finishes by itself and the process keeps running (raise --timeout for huge heaps)")
+
+
+def _check_prof(pid: int, r: CallResult) -> CallResult | HeapscopeError:
+    if r.values.get("opt.prof"):
+        return r
+    return _error(pid, {"error": "noprof", "config_prof": bool(r.values.get("config.prof"))})
+
+
+def _result(doc: dict[str, Any], results: list[dict[str, Any]], wall: float) -> CallResult:
+    values = {r["name"]: r["value"] for r in results if not r["write"]}
+    rcs = {r["name"]: r["rc"] for r in results}
     return CallResult(values, rcs, doc.get("symbol", ""), doc.get("threads", 0),
                       doc.get("retries", 0), doc.get("busy_threads", 0),
-                      float(doc.get("stopped_s", 0.0)), wall, doc,
-                      doc.get("parked_threads", 0))
+                      float(doc.get("stopped_s", 0.0)), wall, doc, doc.get("mode", "stub"),
+                      doc.get("caller_tid", 0))
 
 
-def _parse(out: str) -> dict[str, Any] | None:
-    for line in reversed(out.splitlines()):
-        if line.startswith(MARK):
-            try:
-                doc = json.loads(line[len(MARK):])
-            except ValueError:
-                return None
-            return doc if isinstance(doc, dict) else None
-    return None
-
-
-def _no_result(pid: int, out: str, err: str, rc: int | None) -> HeapscopeError:
+def _no_result(pid: int, err: str, rc: int | None, follow: _Follow,
+               resumed: bool) -> HeapscopeError:
     if proc_state(pid) in (None, "Z", "X"):
         return AttachError(f"process {pid} exited during the attach")
-    lines = [ln.strip() for ln in (err + "\n" + out).splitlines()
-             if ln.strip() and not ln.startswith(MARK)]
-    last = lines[-1] if lines else f"exit status {rc}"
+    if follow.gdb_stuck_on == pid:
+        if follow.left_behind:
+            return AttachError(f"the call gdb makes in pid {pid} has not returned after "
+                               f"{follow.timeout:g} s; {follow.left_behind[0]} (the process "
+                               "keeps running)")
+        return AttachError(f"gdb did not finish within {follow.timeout:g} s on pid {pid}; it "
+                           "was stopped" + (" and the target sent SIGCONT" if resumed else "")
+                           + " (raise --timeout for huge heaps)")
+    if follow.gdb_stuck_on is not None:
+        return AttachError(f"pid {pid} was not reached: gdb was stopped on pid "
+                           f"{follow.gdb_stuck_on}, which took over {follow.timeout:g} s")
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
     if "Python scripting is not supported" in err:
         return ToolError("this gdb has no Python support; install a gdb built with "
                          "Python (Debian's gdb package has it)")
+    if rc is not None and rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return AttachError(f"gdb was killed by {name} before it finished with pid {pid}; the "
+                           "process was not changed" + (" (it was left stopped and was sent "
+                                                        "SIGCONT)" if resumed else ""))
+    last = lines[-1] if lines else f"exit status {rc}"
     return ToolError(f"gdb failed on pid {pid}: {last}")
 
 
@@ -348,7 +521,10 @@ def _error(pid: int, doc: dict[str, Any]) -> HeapscopeError:
         return AttachError(f"pid {pid} was started without heap profiling (opt.prof is "
                            f"false): {NOPROF_HINT}")
     if kind == "busy":
-        return AttachError(f"pid {pid}: every thread stayed inside the allocator or the "
-                           f"dynamic loader over {doc.get('retries', 0)} retries; try again "
-                           "(or raise --retries)")
+        return AttachError(f"pid {pid}: {msg or 'no thread could run the call'} over "
+                           f"{doc.get('retries', 0)} retries; try again (or raise --retries)")
+    if kind == "inflight":
+        return AttachError(f"pid {pid}: {msg}; try again once it has returned")
+    if kind == "room":
+        return AttachError(f"pid {pid}: {msg}, so heapscope does not write there")
     return AttachError(f"the mallctl call in pid {pid} failed: {msg or kind}")

@@ -1,13 +1,19 @@
 """The program gdb's embedded Python runs inside the debugger for ``heapscope attach``.
 
 It is text, not code of this package: gdb executes it with its own ``gdb`` module, reading
-its parameters (pids, mallctl operations, timeouts, retries) from the JSON file named by
-``$HEAPSCOPE_GDB_PARAMS``, and prints one marker line per process with its results, one
-process after the other (one gdb start-up for all of them). For each, it attaches, checks
-that no thread is inside the allocator (else detaches and retries; a thread asleep in a
-condition-variable wait the allocator started, like jemalloc's background thread between
-purges, holds no lock and does not count), calls ``mallctl`` on a safe thread with
-scheduler-locking off, and always detaches.
+its parameters (pids, mallctl operations, the call stub and where it goes in each process)
+from the JSON file named by ``$HEAPSCOPE_GDB_PARAMS``, and appends one marker line per
+process to the file named by ``$HEAPSCOPE_GDB_OUT`` (a file, not a pipe: gdb must be able to
+finish its work and detach if heapscope dies).
+
+For each process it attaches, picks one thread that is outside the allocator, the dynamic
+loader and the unwinder, on its own stack with room below it, and, with the call stub
+(``stub_x86_64.S``), writes the stub and the calls into the process and points that thread
+at the stub as the very last change, then detaches: the calls run after the debugger has
+gone, as ordinary code of the process, so no signal, no dead debugger and no dead heapscope
+can leave the thread anywhere but in its own code. Where the stub cannot be used (another
+architecture, no room), it calls ``mallctl`` through gdb as before, restoring the stack
+pointer of the calling thread itself.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 import os
 import random
 import re
+import struct
 import sys
 import time
 
@@ -24,8 +31,10 @@ import gdb
 
 MARK = "@@HEAPSCOPE@@"
 P = json.load(open(os.environ["HEAPSCOPE_GDB_PARAMS"]))
+OUT = open(os.environ["HEAPSCOPE_GDB_OUT"], "a")
 PIDS = [int(x) for x in P["pids"]]
 PID = PIDS[0]
+STUB = P.get("stub") or {}
 
 ALLOC_NAME = re.compile(
     r"^(_rjem_)?(je_|malloc|free|cfree|calloc|realloc|reallocarray|mallocx|rallocx|xallocx|"
@@ -36,25 +45,18 @@ ALLOC_NAME = re.compile(
     r"imalloc|ifree|isfree|iralloc|ialloc|idalloc|ipalloc|sz_|eset_|rtree_|psset_|"
     r"__rust_alloc|__rust_dealloc|__rust_realloc|__rdl_|__rg_)"
 )
-# The kernel wait inside a condition-variable wait, and the condition-variable wait itself.
-FUTEX_WAIT = re.compile(r"^(__futex_abstimed_wait_common(64)?|__GI___futex_abstimed_wait"
-                        r"(_cancelable)?(64)?|__futex_abstimed_wait_cancelable(64)?|futex_wait"
-                        r"|__futex_wait|syscall)$")
-COND_WAIT = re.compile(r"^(__pthread_cond_wait_common|_{0,3}pthread_cond_(timed|clock)?wait"
-                       r"(64)?(@@?GLIBC_[0-9.]+)?)$")
-LIBC = re.compile(r"^(libc|libpthread)[.-]")
-FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "i686": 240, "i386": 240, "ppc64le": 221,
-                 "s390x": 238, "riscv64": 98}
-# A thread stopped here must not run our call: it may hold the loader or unwinder locks a
+# A thread stopped here must not run our calls: it may hold the loader or unwinder locks a
 # sampled allocation inside mallctl would take.
 UNSAFE_CALLER = re.compile(r"^(_dl_|__GI__dl_|dl_iterate_phdr|__dl_iterate_phdr|_Unwind_|"
                            r"__libc_fork|_Fork|fork|__run_fork_handlers|__libc_dlopen|dlopen|"
                            r"dlclose)")
+FUTEX = {"x86_64": 202, "aarch64": 98, "i686": 240, "i386": 240, "ppc64le": 221,
+         "s390x": 238, "riscv64": 98}.get(os.uname().machine)
 
 
 def emit(**kw):
-    sys.stdout.write(MARK + json.dumps(dict(kw, pid=PID)) + "\n")
-    sys.stdout.flush()
+    OUT.write(MARK + json.dumps(dict(kw, pid=PID)) + "\n")
+    OUT.flush()
 
 
 def run(cmd):
@@ -81,7 +83,13 @@ for _cmd in ("set confirm off", "set pagination off", "set height 0", "set width
              # The injected call is written in C; a Rust, C++ or Go frame must not change
              # how gdb parses it.
              "set language c",
-             "handle all nostop noprint pass"):
+             # Every signal someone sends the process while gdb holds it is the process's:
+             # passed on, never a reason to stop. gdb keeps SIGINT and SIGTRAP as
+             # stop/nopass even after `handle all`, so they are named too (heapscope never
+             # interrupts gdb with SIGINT).
+             "handle all nostop noprint pass",
+             "handle SIGINT nostop noprint pass",
+             "handle SIGTRAP nostop noprint pass"):
     quiet(_cmd)
 if P.get("no_debug_files"):
     quiet("set debug-file-directory /nonexistent-heapscope")
@@ -105,8 +113,9 @@ def load_exe():
         _exe = key
 
 
-def frames_of(thread, depth=16):
-    # (name, shared object, is signal frame) of the newest frames of thread.
+def frames_of(thread, depth=48):
+    """(name, shared object, the interrupted stack pointer for a signal frame or None) of
+    the thread's newest frames."""
     thread.switch()
     out = []
     try:
@@ -118,8 +127,12 @@ def frames_of(thread, depth=16):
             pc = f.pc()
             name = f.name() or ""
             so = gdb.solib_name(pc) or ""
-            out.append((name, so, f.type() == gdb.SIGTRAMP_FRAME))
-            f = f.older()
+            older = f.older()
+            sig_sp = None
+            if f.type() == gdb.SIGTRAMP_FRAME:
+                sig_sp = int(older.read_register("sp")) if older is not None else 0
+            out.append((name, so, sig_sp))
+            f = older
         except gdb.error:
             break
     return out
@@ -133,54 +146,62 @@ def in_allocator(frames):
     return None
 
 
-def in_futex(tid):
-    """True when the thread is blocked in the futex system call (what a condition wait and
-    a mutex wait both end in), as the kernel reports it while the thread is stopped."""
-    nr = FUTEX_SYSCALL.get(os.uname().machine)
-    try:
-        with open(f"/proc/{PID}/task/{tid}/syscall") as f:
-            first = f.read().split()[:1]
-    except OSError:
-        return False
-    return nr is not None and first == [str(nr)]
-
-
-def parked(frames, tid):
-    """True for a thread asleep in pthread_cond_wait/timedwait called by the allocator (as
-    jemalloc's background thread sleeps between purges). Blocked in the futex call there,
-    it is either waiting on the condition (pthread_cond_wait has released the allocator's
-    mutex) or waiting to take that mutex back from another thread: either way it holds no
-    lock a mallctl call could need. Only the C library's own frames may stand between the
-    wait and the allocator; anything else inside the allocator is busy."""
-    if not frames or not in_futex(tid):
-        return False
-    cond = False
-    for name, so, sig in frames:
-        if sig:
-            return False
-        base = os.path.basename(so)
-        if COND_WAIT.match(name):
-            cond = True
-        elif FUTEX_WAIT.match(name) or (not name and LIBC.match(base)):
-            continue
-        elif cond:
-            return "jemalloc" in base or bool(ALLOC_NAME.match(name))
-        else:
-            return False
-    return False
-
-
 def unsafe_caller(frames):
-    """True when the thread must not run our call. A signal frame is no reason by itself
+    """True when the thread must not run our calls. A signal frame is no reason by itself
     (PostgreSQL before 16 forks its workers from a signal handler, so every one of them runs
     above one for life): the handler's frames and the code it interrupted pass the same
     checks as any other frames, and the interrupted code must be in sight."""
     for i, (name, _so, sig) in enumerate(frames):
         if UNSAFE_CALLER.match(name):
             return True
-        if sig and not any(n or so for n, so, _s in frames[i + 1:i + 3]):
+        if sig is not None and not any(n or so for n, so, _s in frames[i + 1:i + 3]):
             return True
     return False
+
+
+def read_maps():
+    out = []
+    try:
+        with open(f"/proc/{PID}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                out.append((lo, hi, parts[1], parts[5].strip() if len(parts) > 5 else ""))
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def mapping_of(maps, addr):
+    for m in maps:
+        if m[0] <= addr < m[1]:
+            return m
+    return None
+
+
+def stack_problem(maps, sp, frames):
+    """Why the stub cannot run below this stack pointer, or None: it must be in a
+    writable mapping with room below it (the main thread's stack grows), and not on an
+    alternate signal stack (a signal frame whose interrupted stack is elsewhere)."""
+    m = mapping_of(maps, sp)
+    if m is None or not m[2].startswith("rw"):
+        return "its stack pointer is not in writable memory"
+    if m[3] != "[stack]" and sp - m[0] < int(STUB["stack_needed"]):
+        return "too little stack below its stack pointer"
+    for _name, _so, sig in frames:
+        if sig is not None and mapping_of(maps, sig) != m:
+            return "it runs on an alternate signal stack"
+    return None
+
+
+def syscall_of(tid):
+    """The system call the stopped thread is in (-1: none; None: unknown)."""
+    try:
+        with open(f"/proc/{PID}/task/{tid}/syscall") as f:
+            first = f.read().split()[:1]
+        return int(first[0]) if first and first[0] != "running" else None
+    except (OSError, ValueError):
+        return None
 
 
 def find_mallctl():
@@ -200,21 +221,74 @@ def find_mallctl():
     return None, 0
 
 
+def reg(name):
+    return int(gdb.parse_and_eval(f"(unsigned long)${name}"))
+
+
+# ---- the call stub --------------------------------------------------------------------
+
+def start_stub(inf, thread, plan, mallctl, tids):
+    """Write the stub, the calls and the results header; point the thread at the stub.
+    Returns None, or an error dict (nothing was changed in the thread then)."""
+    room = plan["room"]
+    blob = bytes.fromhex(STUB["blob"])
+    res_at, code_at = int(room["results"]), int(room["code"])
+    head = bytes(inf.read_memory(res_at, 40))
+    if head[:8] == STUB["results_magic"].encode():
+        started, done, rpid, rtid = struct.unpack_from("<QQQQ", head, 8)
+        if started != done and rpid == PID and rtid in tids:
+            return {"error": "inflight", "message": f"an earlier call is still running in "
+                    f"thread {rtid}", "tid": rtid}
+    elif head != bytes(40):
+        return {"error": "room", "message": "the results area is in use"}
+    now = bytes(inf.read_memory(code_at, len(blob)))
+    if now[:8] != blob[:8] and now != bytes.fromhex(room["pristine"]):
+        return {"error": "room", "message": "the code area is in use"}
+    thread.switch()
+    quiet("frame 0")
+    sp, pc = reg("sp"), reg("pc")
+    base = sp - int(STUB["red_zone"]) - int(STUB["data"])
+    block = plan["block"]
+    data = bytearray.fromhex(block["data"])
+    for off in block["relocs"]:
+        struct.pack_into("<Q", data, off, struct.unpack_from("<Q", data, off)[0] + base)
+    for off in block["functions"]:
+        struct.pack_into("<Q", data, off, mallctl)
+    struct.pack_into("<Q", data, 16, thread.ptid[1])
+    code = bytearray(blob)
+    struct.pack_into("<QQQ", code, int(STUB["slot_resume"]), pc, pc - 2, res_at)
+    if head[:8] != STUB["results_magic"].encode():
+        inf.write_memory(res_at, STUB["results_magic"].encode())
+    inf.write_memory(code_at, bytes(code))
+    inf.write_memory(base, bytes(data))
+    emit(phase="pointing", seq=plan["seq"], tid=thread.ptid[1])
+    # The one change that makes the thread run the stub: a single register write.
+    run(f"set $pc = {code_at + int(STUB['entry'])}")
+    return None
+
+
+# ---- the fallback: mallctl called through gdb ---------------------------------------------
+
 class Caller:
     """mallctl calls on one thread, with arguments in a scratch area below its stack."""
 
     SCRATCH = 16384
 
-    def __init__(self, inferior, addr):
+    def __init__(self, inferior, addr, thread):
         self.inf = inferior
         self.addr = addr
-        self.sp = int(gdb.parse_and_eval("(unsigned long)$sp"))
+        self.thread = thread
+        thread.switch()
+        self.sp = reg("sp")
         self.base = (self.sp - self.SCRATCH) & ~0xF
         run(f"set $sp = {self.base}")
         self.moved = True
 
     def restore(self):
         if self.moved:
+            # After a stop in another thread gdb may have selected that thread: the stack
+            # pointer is the calling thread's.
+            self.thread.switch()
             run(f"set $sp = {self.sp}")
             self.moved = False
 
@@ -264,6 +338,7 @@ class Caller:
         else:
             self.put(576, size.to_bytes(8, "little"))
             args = f"{old_p}, {len_p}, 0, 0"
+        self.thread.switch()
         rc = int(gdb.parse_and_eval(
             f"((int (*)(const char *, void *, unsigned long *, void *, unsigned long))"
             f"{self.addr})({name_p}, {args})"))
@@ -278,9 +353,34 @@ class Caller:
         return rc, int.from_bytes(raw, "little", signed=kind == "ssize_t")
 
 
-# Symbols of the libraries whose frames the safety checks name (the allocator, the C
-# library's waits and fork, the dynamic loader, the unwinder). Loading every library's
-# symbols would keep the target stopped for as long as that takes (200 ms for CPython).
+def call_through_gdb(inf, thread, addr, ops):
+    results = []
+    caller = None
+    error = None
+    emit(phase="calling")
+    try:
+        caller = Caller(inf, addr, thread)
+        for op in ops:
+            rc, val = caller.call(op["name"], op["type"], op.get("value"), op.get("write"))
+            results.append({"name": op["name"], "rc": rc, "value": val,
+                            "write": bool(op.get("write"))})
+    except gdb.error as e:
+        msg = str(e)
+        kind = "exited" if "exited" in msg or "No such process" in msg else "call"
+        error = {"error": kind, "message": msg.splitlines()[0] if msg else kind}
+    except (KeyboardInterrupt, ValueError) as e:
+        error = {"error": "call", "message": str(e) or "interrupted"}
+    finally:
+        if caller is not None:
+            try:
+                caller.restore()
+            except gdb.error:
+                pass
+    return results, error
+
+
+# ---- one process ----------------------------------------------------------------------
+
 SOLIBS = ("jemalloc", "libc[.-]", "ld-linux", "ld-musl", "libgcc_s", "libunwind", "libpthread")
 _all_solibs = False
 
@@ -302,78 +402,95 @@ def load_all_solibs():
         _all_solibs = True
 
 
-# gdb stops the target on a SIGINT and does not pass it on (its default, kept: gdb's own
-# interruption of a call that overran its time is a SIGINT too). One that someone else sent
-# while we were attached (pg_ctl stop -m fast, a Ctrl-C) would be lost: it is noted here and
-# sent again once we have detached. The caller creates INTERRUPT_MARK before interrupting
-# gdb, so its own interruption is never sent on.
-INTERRUPT_MARK = os.path.join(os.path.dirname(os.environ["HEAPSCOPE_GDB_PARAMS"]),
-                              "interrupting")
-_sigint_seen = False
-
-
-def _on_stop(event):
-    global _sigint_seen
-    if (isinstance(event, gdb.SignalEvent) and event.stop_signal == "SIGINT"
-            and not os.path.exists(INTERRUPT_MARK)):
-        _sigint_seen = True
-
-
-gdb.events.stop.connect(_on_stop)
-
-
 def detach():
-    global _sigint_seen
     try:
         run("detach")
     except gdb.error:
         pass
-    if _sigint_seen:
-        _sigint_seen = False
-        try:
-            os.kill(PID, 2)  # SIGINT, handed back to the target it was meant for
-        except OSError:
-            pass
+
+
+def candidates(threads):
+    """Threads in the order they are tried: asleep in a system call other than a futex
+    wait first (an idle thread: the calls delay nothing it was doing), then the others;
+    the main thread first among equals."""
+    def rank(t):
+        nr = syscall_of(t.ptid[1])
+        idle = 0 if nr is not None and nr >= 0 and nr != FUTEX else 1
+        return (idle, t.ptid[1] != PID, t.ptid[1])
+    return sorted(threads, key=rank)
+
+
+def choose(threads, maps, use_stub):
+    """The thread to run the calls, and what the others were doing."""
+    busy = {}
+    skipped = []
+    for t in candidates(threads):
+        fr = frames_of(t)
+        if not fr:
+            continue
+        where = in_allocator(fr)
+        if where:
+            busy[t.ptid[1]] = where
+            continue
+        if unsafe_caller(fr):
+            skipped.append("in the loader or unwinder")
+            continue
+        if use_stub:
+            t.switch()
+            problem = stack_problem(maps, reg("sp"), fr)
+            if problem:
+                skipped.append(problem)
+                continue
+        return t, busy, skipped
+    return None, busy, skipped
 
 
 def main():
     global _all_solibs
     _all_solibs = False
     load_exe()
+    plan = (P.get("plans") or {}).get(str(PID)) or {}
+    use_stub = bool(plan.get("room"))
     retries = 0
     busy_seen = []
     max_retries = int(P["retries"])
-    t_attach = None
     for attempt in range(max_retries + 1):
         t0 = time.monotonic()
         err = attach()
         if err is not None:
             emit(error="attach", message=err, retries=retries)
             return
-        t_attach = time.monotonic()
         inf = gdb.selected_inferior()
         threads = sorted(inf.threads(), key=lambda t: t.num)
-        busy = {}
-        safe = []
-        asleep = 0
-        for t in threads:
-            fr = frames_of(t)
-            where = in_allocator(fr)
-            if where and parked(fr, t.ptid[1]):
-                asleep += 1
-            elif where:
-                busy[t.ptid[1]] = where
-            elif not unsafe_caller(fr) and fr:
-                safe.append(t)
+        tids = {t.ptid[1] for t in threads}
+        maps = read_maps() if use_stub else []
+        thread, busy, skipped = choose(threads, maps, use_stub)
         if busy:
             busy_seen.append(len(busy))
-        if (busy and attempt < max_retries) or not safe:
-            if not safe and attempt >= max_retries:
-                detach()
-                emit(error="busy", message="every thread is inside the allocator or the "
-                     "dynamic loader", retries=retries, busy=busy)
-                return
+        stub_busy = False
+        if thread is not None and use_stub:
+            lo = int(plan["room"]["code"])
+            hi = lo + len(STUB["blob"]) // 2
+            for t in threads:
+                t.switch()
+                try:
+                    if lo <= reg("pc") < hi:
+                        stub_busy = True
+                except gdb.error:
+                    pass
+        if thread is None or stub_busy:
             detach()
+            if attempt >= max_retries:
+                if stub_busy:
+                    emit(error="inflight", message="a thread is still leaving an earlier "
+                         "call", retries=retries)
+                else:
+                    emit(error="busy", message="no thread can run the call: " + (
+                         "every thread is inside the allocator" if busy and not skipped
+                         else "; ".join(sorted(set(skipped + ["inside the allocator"] *
+                                                   bool(busy))))),
+                         retries=retries, busy=busy, threads=len(threads))
+                return
             retries += 1
             time.sleep(P["retry_delay"] * (0.5 + random.random()))
             continue
@@ -383,63 +500,40 @@ def main():
         # A jemalloc linked into some other library (or a renamed one): look everywhere.
         load_all_solibs()
         name, addr = find_mallctl()
+    info = {"symbol": name, "threads": len(threads), "busy_threads": len(busy),
+            "busy_where": sorted(set(busy.values()))[:5], "retries": retries,
+            "busy_seen": busy_seen, "caller_tid": thread.ptid[1],
+            "mode": "stub" if use_stub else "call"}
     if not addr:
         detach()
-        emit(error="nomallctl", message="no mallctl symbol", threads=len(threads))
+        emit(error="nomallctl", message="no mallctl symbol", **info)
         return
-    # Prefer the main thread, else the first thread outside the allocator.
-    caller_thread = safe[0]
-    caller_tid = caller_thread.ptid[1]
-    caller_thread.switch()
-    quiet("frame 0")
-    results = []
-    caller = None
     error = None
+    results = []
     try:
-        caller = Caller(inf, addr)
-        if P.get("need_prof"):
-            rc, prof = caller.call("opt.prof", "bool")
-            if rc != 0 or not prof:
-                rc2, cprof = caller.call("config.prof", "bool")
-                error = {"error": "noprof", "config_prof": bool(cprof) if rc2 == 0 else False,
-                         "rc": rc}
-        if error is None:
-            for op in P["ops"]:
-                value = op.get("value")
-                if isinstance(value, dict):  # one value per process (a dump path each)
-                    value = value.get(str(PID))
-                rc, val = caller.call(op["name"], op["type"], value,
-                                      op.get("write", False))
-                results.append({"name": op["name"], "rc": rc, "value": val,
-                                "write": op.get("write", False)})
+        if use_stub:
+            error = start_stub(inf, thread, plan, addr, tids)
+        else:
+            results, error = call_through_gdb(inf, thread, addr, P["ops_of"][str(PID)])
+    except gdb.MemoryError as e:
+        error = {"error": "call", "message": f"memory: {e}"}
     except gdb.error as e:
         msg = str(e)
         kind = "exited" if "exited" in msg or "No such process" in msg else "call"
         error = {"error": kind, "message": msg.splitlines()[0] if msg else kind}
-    except (KeyboardInterrupt, ValueError) as e:
-        error = {"error": "interrupted" if isinstance(e, KeyboardInterrupt) else "call",
-                 "message": str(e) or "interrupted"}
     finally:
-        if caller is not None:
-            try:
-                caller.restore()
-            except gdb.error:
-                pass
         stopped = time.monotonic() - t0
         detach()
-    info = {"symbol": name, "threads": len(threads), "busy_threads": len(busy),
-            "parked_threads": asleep,
-            "busy_where": sorted(set(busy.values()))[:5], "retries": retries,
-            "busy_seen": busy_seen, "caller_tid": caller_tid,
-            "stopped_s": round(stopped, 4)}
+    info["stopped_s"] = round(stopped, 4)
     if error is not None:
         error.setdefault("message", error["error"])
         emit(**error, **info)
+    elif use_stub:
+        emit(started=True, seq=plan["seq"], **info)
     else:
         emit(ok=True, results=results, **info)
 
 
-# One process after the other; an interrupt (the caller's timeout) ends the run.
 for PID in PIDS:
     try:
         main()
@@ -447,4 +541,8 @@ for PID in PIDS:
         detach()
         emit(error="interrupted", message="interrupted")
         break
+    except Exception as e:  # never leave without detaching
+        detach()
+        emit(error="call", message=f"{type(e).__name__}: {e}")
+emit(phase="end")
 '''
