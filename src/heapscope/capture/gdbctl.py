@@ -234,6 +234,13 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
                 continue
             plans[str(pid)] = {"room": p.room.as_dict(), "block": block.as_dict(),
                                "seq": p.seq}
+    for pid in pids:
+        if was_stopped[pid] and pending[pid].result is None:
+            # gdb would leave it stopped (as it should) and the calls would wait for a
+            # SIGCONT nobody may send: a stopped process is left as it is.
+            pending[pid].result = AttachError(
+                f"pid {pid} is stopped (state T: SIGSTOP or job control); heapscope attaches "
+                "only to running processes and left it as it is")
     todo = [pid for pid in pids if pending[pid].result is None]
     params = {"pids": todo, "ops_of": ops_of, "plans": plans, "retries": retries,
               "retry_delay": retry_delay, "symbols": list(symbols),
@@ -437,6 +444,9 @@ class _Follow:
 
 def _stuck(p: _Pending, timeout: float) -> str:
     tid = (p.doc or {}).get("caller_tid", 0)
+    if proc_state(p.pid) == "T":
+        return (f"pid {p.pid} was stopped (SIGSTOP or job control) before its calls ran; they "
+                "run when it is continued, and heapscope did not wait for that")
     where = ""
     try:
         with open(f"/proc/{p.pid}/task/{tid}/wchan", encoding="utf-8") as f:

@@ -119,10 +119,10 @@ def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
                       for k, v in st["stats"].items())
     out.write(f"heap       {stats}\n")
     a = st["attach"]
-    out.write(f"attach     stopped {a['stopped_s'] * 1000:.0f} ms, {a['threads']} threads "
-              f"({a['threads_in_allocator']} in the allocator, "
-              f"{a['threads_asleep_in_allocator']} asleep in a wait it started, "
-              f"{a['retries']} retries)\n")
+    how = "the calls ran after gdb detached" if a["mode"] == "stub" else \
+        "the calls ran under gdb"
+    out.write(f"attach     stopped {a['stopped_s'] * 1000:.0f} ms, {a['threads']} threads, "
+              f"calls on thread {a['caller_tid']} ({how}; {a['retries']} retries)\n")
     if not st["opt_prof"]:
         out.write(f"note: profiling is off in this process; {NOPROF_HINT}\n")
     return 0
