@@ -252,7 +252,8 @@ def test_one_gdb_run_reaches_each_process(server_bin: Path, libjemalloc: Path, g
                                           tmp_path: Path) -> None:
     """What run --every does each round: one gdb run, a dump of each process; a process
     that cannot be dumped gets its own error and does not stop the others."""
-    from heapscope.capture.gdbctl import AttachError, CallResult, Op, call_each
+    from heapscope.capture.control import call_each
+    from heapscope.capture.mallctl import AttachError, CallResult, Op
 
     conf = f"{CONF},prof_prefix:{tmp_path}/jeprof"
     targets = [Target([str(server_bin)], _env(libjemalloc, conf)),

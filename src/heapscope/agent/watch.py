@@ -24,7 +24,8 @@ from heapscope.agent.targets import Selection, Target, cmdline, find, start_time
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
 from heapscope.capture import session as sess
-from heapscope.capture.gdbctl import NOPROF_HINT, Op, call_each
+from heapscope.capture.control import call_each
+from heapscope.capture.mallctl import NOPROF_HINT, Op
 from heapscope.capture.procs import proc_stat
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions

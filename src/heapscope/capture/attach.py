@@ -21,7 +21,8 @@ from heapscope.analysis.ownership import exe_aliases, facts_from_manifest
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.access import DumpOwner, user_name
-from heapscope.capture.gdbctl import AttachError, CallResult, Op, call
+from heapscope.capture.control import call
+from heapscope.capture.mallctl import AttachError, CallResult, Op
 from heapscope.capture.procevents import read_image
 from heapscope.errors import UsageError
 from heapscope.formats.load import parse_dump_name

@@ -30,67 +30,32 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from heapscope.capture import stub
 from heapscope.capture.gdbscript import SCRIPT
+from heapscope.capture.mallctl import (
+    AttachError,
+    CallResult,
+    Op,
+    noprof_error,
+    proc_state,
+    prof_checked,
+    with_prof_checks,
+)
 from heapscope.errors import HeapscopeError, ToolError
 
 MARK = "@@HEAPSCOPE@@"
 SYMBOLS = ("_rjem_mallctl", "mallctl")
-
-NOPROF_HINT = (
-    "restart it with MALLOC_CONF=prof:true (or prof:true,prof_active:false to switch "
-    "sampling on later with 'heapscope attach PID start'; _RJEM_MALLOC_CONF for Rust's "
-    "tikv-jemallocator): profiling cannot be switched on in a running process (setting "
-    "prof.active fails with ENOENT when opt.prof is false)"
-)
 PTRACE_HINT = (
     "ptrace refused: run as the target's user or root; with Yama, "
     "sysctl kernel.yama.ptrace_scope=0 (currently {scope}); in a container, start it with "
     "--cap-add SYS_PTRACE (CAP_SYS_PTRACE) and a seccomp profile that allows ptrace"
 )
+
 # How long a dead gdb's last process may take to enter the stub it was pointed at.
 _ENTRY_GRACE = 2.0
-
-
-class AttachError(HeapscopeError):
-    """The target could not be attached to, or its jemalloc cannot do what was asked."""
-
-    exit_code = 4
-
-
-@dataclass(frozen=True)
-class Op:
-    """One mallctl: read ``name`` as ``kind``, or write ``value`` to it."""
-
-    name: str
-    kind: str  # bool, unsigned, size_t, ssize_t, uint64, str, none
-    value: Any = None  # a dict {pid: value} gives each process of call_each its own
-    write: bool = False
-
-    def for_pid(self, pid: int) -> dict[str, Any]:
-        """The operation as the stub and the script take it, with this process's value."""
-        value = self.value.get(pid) if isinstance(self.value, dict) else self.value
-        return {"name": self.name, "type": self.kind, "value": value, "write": self.write}
-
-
-@dataclass
-class CallResult:
-    """What one attach returned: each mallctl's rc and value, and how the attach went."""
-
-    values: dict[str, Any]
-    rcs: dict[str, int]
-    symbol: str
-    threads: int
-    retries: int
-    busy_threads: int  # threads looked at and found inside the allocator
-    stopped_s: float  # how long the process was held stopped
-    wall_s: float
-    raw: dict[str, Any] = field(default_factory=dict)
-    mode: str = "stub"  # stub: the calls ran after gdb left; call: under gdb
-    caller_tid: int = 0
 
 
 def gdb_path() -> str:
@@ -100,27 +65,6 @@ def gdb_path() -> str:
         raise ToolError("gdb not found: heapscope attach drives the target through gdb; "
                         "apt-get install gdb (dnf install gdb, apk add gdb)")
     return path
-
-
-def proc_state(pid: int) -> str | None:
-    """The process state letter from /proc/PID/stat (R, S, T, Z …); None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data.rsplit(")", 1)[-1].split()[0] if ")" in data else None
-
-
-def check_pid(pid: int) -> None:
-    """Fail in one line when ``pid`` is not a live process."""
-    if pid <= 0:
-        raise AttachError(f"{pid}: not a process id")
-    state = proc_state(pid)
-    if state is None:
-        raise AttachError(f"no process with pid {pid}")
-    if state in ("Z", "X"):
-        raise AttachError(f"process {pid} has exited (it is a zombie waiting for its parent)")
 
 
 def _yama_scope() -> str:
@@ -176,18 +120,6 @@ def _stop_gdb(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         proc.wait()
 
 
-def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60.0,
-         retries: int = 5, retry_delay: float = 0.05, symbols: tuple[str, ...] = SYMBOLS
-         ) -> CallResult:
-    """Attach to ``pid``, run ``ops`` through mallctl, detach; one-line errors for failures."""
-    check_pid(pid)
-    got = call_each([pid], ops, need_prof=need_prof, timeout=timeout, retries=retries,
-                    retry_delay=retry_delay, symbols=symbols)[pid]
-    if isinstance(got, HeapscopeError):
-        raise got
-    return got
-
-
 @dataclass
 class _Pending:
     """One process's progress through the gdb run and its stub call."""
@@ -205,7 +137,7 @@ class _Pending:
 def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
               timeout: float = 60.0, retries: int = 5, retry_delay: float = 0.05,
               symbols: tuple[str, ...] = SYMBOLS) -> dict[int, CallResult | HeapscopeError]:
-    """``call`` on each of ``pids``, in one gdb run (gdb's start-up, a fifth of a second,
+    """The calls ``ops`` in each of ``pids``, in one gdb run (gdb's start-up, a fifth of a second,
     is paid once, and a program's symbols are read once for all its processes).
 
     ``timeout`` bounds each process: how long it may be held, and how long its calls may
@@ -218,9 +150,7 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
     plans: dict[str, Any] = {}
     ops_of: dict[str, Any] = {}
     for pid in pids:
-        mine = ([Op("opt.prof", "bool"), Op("config.prof", "bool")] if need_prof else []) \
-            + list(ops)
-        listed = [op.for_pid(pid) for op in mine]
+        listed = [op.for_pid(pid) for op in with_prof_checks(list(ops), need_prof)]
         room = stub.find_room(pid) if why_not is None else why_not
         p = _Pending(pid, listed, room if isinstance(room, stub.Room) else None,
                      random.getrandbits(62) + 1)
@@ -255,7 +185,7 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
     for pid in pids:
         got = pending[pid].result
         if isinstance(got, CallResult) and need_prof:
-            got = _check_prof(pid, got)
+            got = prof_checked(pid, got)
         out[pid] = got if got is not None else AttachError(f"pid {pid} was not reached")
     return out
 
@@ -459,12 +389,6 @@ def _stuck(p: _Pending, timeout: float) -> str:
             "finishes by itself and the process keeps running (raise --timeout for huge heaps)")
 
 
-def _check_prof(pid: int, r: CallResult) -> CallResult | HeapscopeError:
-    if r.values.get("opt.prof"):
-        return r
-    return _error(pid, {"error": "noprof", "config_prof": bool(r.values.get("config.prof"))})
-
-
 def _result(doc: dict[str, Any], results: list[dict[str, Any]], wall: float) -> CallResult:
     values = {r["name"]: r["value"] for r in results if not r["write"]}
     rcs = {r["name"]: r["rc"] for r in results}
@@ -524,12 +448,7 @@ def _error(pid: int, doc: dict[str, Any]) -> HeapscopeError:
                            "in the process (run it with LD_PRELOAD=libjemalloc.so.2 and "
                            "MALLOC_CONF=prof:true, or link a jemalloc built with profiling)")
     if kind == "noprof":
-        if not doc.get("config_prof"):
-            return AttachError(f"pid {pid}: its jemalloc was built without profiling "
-                               "(config.prof is false); use a jemalloc built with "
-                               "--enable-prof (Debian's libjemalloc2 has it)")
-        return AttachError(f"pid {pid} was started without heap profiling (opt.prof is "
-                           f"false): {NOPROF_HINT}")
+        return noprof_error(pid, bool(doc.get("config_prof")))
     if kind == "busy":
         return AttachError(f"pid {pid}: {msg or 'no thread could run the call'} over "
                            f"{doc.get('retries', 0)} retries; try again (or raise --retries)")

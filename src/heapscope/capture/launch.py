@@ -1,17 +1,17 @@
 """Run a program as if heapscope were not there, while recording what profiling needs.
 
-stdin and stdout are the program's own; its stderr is copied to ours and to a log (jemalloc's
-leak summaries are printed there). Termination signals sent to heapscope are passed on so the
+stdin, stdout and stderr are the program's own: nothing of heapscope stands between the
+program and its output, so a heapscope that is killed (or OOM-killed) can neither block nor
+break the program's writes. Termination signals sent to heapscope are passed on so the
 program exits cleanly and still writes its final dump; Ctrl-C from a terminal already reaches
-the program (same process group), so it is not sent twice. When the program ends, processes it
-left behind get a short grace period to exit and write their own dumps.
+the program (same process group), so it is not sent twice. When the program ends, processes
+it left behind get a short grace period to exit and write their own dumps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,16 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import TextIO
 
 from heapscope.capture.procevents import ProcEvents
 from heapscope.capture.procs import TreeWatcher
 from heapscope.errors import HeapscopeError
-from heapscope.files import create_new
-
-# jemalloc's exit summary (one pair of lines per process, and often far off) stays in the
-# session log but is kept off the terminal, so the program's stderr looks as without us.
-_JEMALLOC_NOISE = re.compile(rb"<jemalloc>: (?:Leak approximation summary|Leak summary|"
-                             rb"Run jeprof on)[^\n]*\n?")
 
 _FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _TTY_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
@@ -64,38 +59,11 @@ class RunResult:
         return 128 - self.returncode if self.returncode < 0 else self.returncode
 
 
-def _tee(src: int, log_path: str, on_line: Callable[[bytes], None]) -> None:
-    with create_new(log_path, 0o600) as log:
-        pending = b""
-        while True:
-            try:
-                chunk = os.read(src, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown = _JEMALLOC_NOISE.sub(b"", chunk) if b"<jemalloc>: " in chunk else chunk
-            try:
-                sys.stderr.buffer.write(shown)
-                sys.stderr.buffer.flush()
-            except (OSError, ValueError):
-                pass  # our stderr is gone; keep the log complete anyway
-            log.write(chunk)
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                on_line(line)
-        if pending:
-            on_line(pending)
-    os.close(src)
-
-
 def run(
     cmd: list[str],
     env: dict[str, str],
     *,
-    stderr_log: str,
-    on_stderr_line: Callable[[bytes], None] = lambda _line: None,
+    rss_log: TextIO | None = None,
     watch_interval: float = 0.25,
     grace: float = 3.0,
     every: float | None = None,
@@ -109,20 +77,14 @@ def run(
     """
     events = ProcEvents()
     events.start()  # before the program starts, so that no early fork goes unseen
-    read_end, write_end = os.pipe()
     start = time.time()
     try:
-        proc = subprocess.Popen(cmd, env=env, stderr=write_end, close_fds=True)
+        proc = subprocess.Popen(cmd, env=env, close_fds=True)
     except OSError as e:
-        os.close(read_end)
         events.stop()
         raise _spawn_failed(cmd, e) from None
-    finally:
-        os.close(write_end)
-    tee = threading.Thread(target=_tee, args=(read_end, stderr_log, on_stderr_line),
-                           name="heapscope-stderr", daemon=True)
-    tee.start()
-    watcher = TreeWatcher(proc.pid, watch_interval, start, events if events.available else None)
+    watcher = TreeWatcher(proc.pid, watch_interval, start, events if events.available else None,
+                          rss_log)
     watcher.begin()
     done = threading.Event()
     problems: list[str] = []
@@ -157,7 +119,6 @@ def run(
             signal.signal(sig, handler)  # type: ignore[arg-type]
         watcher.end()
         events.stop()
-    tee.join(timeout=5)
     result = RunResult(proc.pid, returncode, start, time.time(), watcher)
     result.process_events = events.available or f"unavailable ({events.error})"
     result.problems = problems

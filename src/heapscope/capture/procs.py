@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from heapscope.capture.procevents import ProcEvents, read_image
 
@@ -56,8 +57,9 @@ class TreeWatcher:
     """
 
     def __init__(self, root: int, interval: float = 0.25, start: float | None = None,
-                 events: ProcEvents | None = None) -> None:
+                 events: ProcEvents | None = None, sink: TextIO | None = None) -> None:
         self.root = root
+        self.sink = sink  # rss.csv, written as samples come (a killed run still has it)
         self.events = events
         self.interval = interval
         self.start = time.time() if start is None else start
@@ -153,6 +155,13 @@ class TreeWatcher:
                 info.max_rss = max(info.max_rss, rss)
                 self.timeline.append((t, pid, rss))
             self._last = t
+            if self.sink is not None:
+                try:
+                    self.sink.write("".join(f"{t},{pid},{stats[pid][1]}\n"
+                                            for pid in sorted(members)))
+                    self.sink.flush()
+                except (OSError, ValueError):
+                    self.sink = None  # a full disk or a closed file ends the log, not the run
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -19,7 +19,7 @@ from heapscope.analysis.series import (
     load_series,
     unreadable_series,
 )
-from heapscope.capture import access
+from heapscope.capture import access, helper
 from heapscope.capture import session as sess
 from heapscope.capture.conf import build_conf, env_var
 from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspect_target
@@ -51,6 +51,7 @@ class RunOptions:
     every: float | None = None  # seconds between dumps taken from outside (heapscope attach)
     frames: FramePolicy = field(default_factory=FramePolicy)  # how sites are named
     user: str | None = None  # the user the program runs as (owns dumps/)
+    helper: bool = True  # preload the control helper (no ptrace stop for --every)
 
 
 @dataclass
@@ -134,37 +135,46 @@ def run_session(cmd: list[str], opts: RunOptions,
         thread_names=lib.preload and _version_at_least(lib.version, 5, 3),
     )
     env = build_env(lib, conf, target.is_java)
+    preload = helper.prepare(path, owner) if opts.helper else None
+    if preload is not None:
+        env = preload.environment(env)
     start = time.time()
     manifest = sess.manifest_base(cmd, env_var(lib.prefix), conf,
                                   {"path": lib.path, "version": lib.version,
                                    "prefix": lib.prefix, "preloaded": lib.preload}, start)
     manifest["access"] = sess.access_facts(owner)
+    # Until end_time is written, the run has not finished (a killed heapscope leaves it so).
+    manifest["heapscope_pid"] = os.getpid()
+    manifest["helper"] = preload is not None
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
-    summaries: list[str] = []
-
-    def on_line(line: bytes) -> None:
-        if line.startswith(b"<jemalloc>:"):
-            summaries.append(line.decode(errors="replace"))
-
-    result = launch(cmd, env, stderr_log=os.path.join(path, "stderr.log"),
-                    on_stderr_line=on_line, every=opts.every, periodic=_dumps_from_outside)
+    try:
+        with create_new_text(os.path.join(path, "rss.csv"), 0o600) as rss:
+            rss.write("t_seconds,pid,rss_bytes\n")
+            rss.flush()
+            result = launch(cmd, env, rss_log=rss, every=opts.every,
+                            periodic=_dumps_from_outside)
+    finally:
+        if preload is not None:
+            preload.remove()
     sess.seal_dumps(path)
+    summaries = [text for _pid, text in helper.read_log(preload.log)
+                 if text.startswith("<jemalloc>:")] if preload is not None else []
     if summaries:
         with create_new_text(os.path.join(path, "leak-summaries.txt"), 0o600) as f:
             f.write("\n".join(summaries) + "\n")
-    _write_rss(path, result)
     notes = _unwritable_dumps(summaries, owner)
     return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes)
 
 
 def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
-    """One dump of each of ``pids`` through the debugger, in one gdb run (``run --every``):
-    a problem to note per process, or None.
+    """One dump of each of ``pids`` (``run --every``): through the helper's socket where a
+    process has one, the others in one gdb run; a problem to note per process, or None.
 
     ``prof.dump`` without a name lets jemalloc name it after ``prof_prefix`` (the session's
     dumps folder) with its own sequence number, so the final dump still sorts last.
     """
-    from heapscope.capture.gdbctl import Op, call_each
+    from heapscope.capture.control import call_each
+    from heapscope.capture.mallctl import Op
 
     out: dict[int, str | None] = {}
     try:
@@ -180,13 +190,6 @@ def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
             rc = r.rcs.get("prof.dump", 0)
             out[pid] = None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})"
     return out
-
-
-def _write_rss(path: str, result: RunResult) -> None:
-    with create_new_text(os.path.join(path, "rss.csv"), 0o600) as f:
-        f.write("t_seconds,pid,rss_bytes\n")
-        for t, pid, rss in result.watcher.timeline:
-            f.write(f"{t},{pid},{rss}\n")
 
 
 def _final_dumps(dumps_dir: str) -> dict[int, list[str]]:

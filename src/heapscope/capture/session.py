@@ -7,9 +7,11 @@ Layout::
       dumps/               jemalloc's own dumps, jeprof.<pid>.<seq>.<kind>.heap, plus the
                            perf-<pid>.map files of JIT runtimes
       symbolized/          a self-contained copy of each dump (<dump>.json.gz) with its symbols
-      stderr.log           the program's stderr, as it printed it
+      jemalloc.log         what jemalloc printed, a line each as "<pid>\t<message>" (kept by
+                           the helper heapscope preloads; the program's own output is its own)
       leak-summaries.txt   jemalloc's "<jemalloc>: Leak approximation summary" lines
-      rss.csv              t_seconds,pid,rss_bytes for every process of the tree
+      rss.csv              t_seconds,pid,rss_bytes for every process of the tree, written as
+                           it is sampled
       report.json          the leak report printed at exit
 
 A session is never written into an existing non-empty folder.
@@ -216,6 +218,39 @@ def read_manifest(session: str) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError, RecursionError):
         return {}
+
+
+def unfinished(manifest: dict[str, Any]) -> str | None:
+    """A note when the ``heapscope run`` that wrote this session has not ended it: still
+    running, or killed before the program ended (None for a finished run or an attach)."""
+    owner = manifest.get("heapscope_pid")
+    if "end_time" in manifest or not isinstance(owner, int) or isinstance(owner, bool):
+        return None
+    try:
+        with open(f"/proc/{owner}/cmdline", "rb") as f:
+            alive = b"heapscope" in f.read() and _started_before(owner, manifest)
+    except OSError:
+        alive = False
+    if alive:
+        return (f"the run is still going (heapscope pid {owner}): this is what its dumps "
+                "show so far")
+    return (f"the run did not finish: heapscope (pid {owner}) ended before the program did "
+            "(killed?); verdicts rest on the dumps written until then, and processes that "
+            "ended later still wrote their final dump")
+
+
+def _started_before(pid: int, manifest: dict[str, Any]) -> bool:
+    """True when process ``pid`` started no later than the session (not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    start = manifest.get("start_time")
+    return not isinstance(start, (int, float)) or started <= start + 2
 
 
 def module_facts(paths: dict[str, str]) -> dict[str, dict[str, Any]]:

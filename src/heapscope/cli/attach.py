@@ -13,7 +13,7 @@ from typing import Any
 
 from heapscope.capture import attach as at
 from heapscope.capture.conf import lg2
-from heapscope.capture.gdbctl import NOPROF_HINT, AttachError, Op
+from heapscope.capture.mallctl import NOPROF_HINT, AttachError, Op
 from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError

@@ -11,7 +11,7 @@ from typing import Any
 from heapscope.analysis.leaks import find_leaks
 from heapscope.analysis.series import group_by_pid, load_series, unreadable_series
 from heapscope.analysis.suppress import read_file
-from heapscope.capture.session import read_manifest
+from heapscope.capture.session import read_manifest, unfinished
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
@@ -53,9 +53,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | None]:
+def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | None,
+                                              list[str]]:
     info: dict[int, dict[str, Any]] = {}
     root = None
+    notes = []
     for path in paths:
         if os.path.isdir(path) and is_session(path):
             m = read_manifest(path)
@@ -63,7 +65,10 @@ def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | No
             for proc in m.get("processes", []):
                 if isinstance(proc, dict) and isinstance(proc.get("pid"), int):
                     info[proc["pid"]] = proc
-    return info, root
+            note = unfinished(m)
+            if note:
+                notes.append(note)
+    return info, root, notes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no session, folder or dump given: heapscope leaks PATH…")
     rules = [r for f in args.suppressions for r in read_file(f)]
     dumps = find_dumps(args, args.paths)
-    info, root = _session_info(args.paths)
+    info, root, session_notes = _session_info(args.paths)
     opts = symbol_options(args, args.paths)
     frames = frame_policy(args)
     with DelayedProgress() as bar:
@@ -91,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     for s in series:
         print_diagnostics(tuple(s.diagnostics), args.verbose)
     report = find_leaks(series, info=info, root=root, suppressions=rules)
+    report.notes[:0] = session_notes
     left_out = getattr(args, "ignored_dumps", [])
     if left_out:
         report.notes.append(f"{len(left_out)} file(s) were left out of a folder other users "

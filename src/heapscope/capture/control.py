@@ -1,0 +1,50 @@
+"""mallctl calls into live processes: through the helper's control socket where the process
+has one (no stop at all), else through gdb and the call stub (:mod:`heapscope.capture.gdbctl`).
+"""
+
+from __future__ import annotations
+
+from heapscope.capture import gdbctl, helper
+from heapscope.capture.mallctl import (
+    CallResult,
+    Op,
+    check_pid,
+    prof_checked,
+    with_prof_checks,
+)
+from heapscope.errors import HeapscopeError
+
+
+def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60.0,
+         retries: int = 5, retry_delay: float = 0.05) -> CallResult:
+    """Run ``ops`` in ``pid``; one-line errors for failures."""
+    check_pid(pid)
+    got = call_each([pid], ops, need_prof=need_prof, timeout=timeout, retries=retries,
+                    retry_delay=retry_delay)[pid]
+    if isinstance(got, HeapscopeError):
+        raise got
+    return got
+
+
+def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
+              timeout: float = 60.0, retries: int = 5, retry_delay: float = 0.05
+              ) -> dict[int, CallResult | HeapscopeError]:
+    """``ops`` in each of ``pids``: each process with a helper through it, the others in one
+    gdb run. ``timeout`` bounds each process."""
+    out: dict[int, CallResult | HeapscopeError] = {}
+    rest: list[int] = []
+    for pid in pids:
+        listed = [op.for_pid(pid) for op in with_prof_checks(list(ops), need_prof)]
+        try:
+            r = helper.call(pid, listed, timeout)
+        except helper.NoHelper:
+            rest.append(pid)
+            continue
+        except HeapscopeError as e:
+            out[pid] = e
+            continue
+        out[pid] = prof_checked(pid, r) if need_prof else r
+    if rest:
+        out.update(gdbctl.call_each(rest, ops, need_prof=need_prof, timeout=timeout,
+                                    retries=retries, retry_delay=retry_delay))
+    return {pid: out[pid] for pid in pids}
