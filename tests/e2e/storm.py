@@ -220,8 +220,9 @@ class CycleLog:
 
 
 def attach_cycles(target: StormTarget, cycles: int, folder: Path, *, timeout: float = 60.0,
-                  on_cycle: Any = None) -> CycleLog:
-    """``cycles`` attaches alternating dump and status; every dump must load."""
+                  on_cycle: Any = None, until: Any = None) -> CycleLog:
+    """``cycles`` attaches alternating dump and status (or as many as it takes, at most 10
+    times that, for ``until()`` to hold); every dump must load."""
     from heapscope.capture.attach import AttachOptions, Controller
     from heapscope.errors import HeapscopeError
     from heapscope.formats.load import load
@@ -231,7 +232,9 @@ def attach_cycles(target: StormTarget, cycles: int, folder: Path, *, timeout: fl
     ctl = Controller(target.pid, AttachOptions(timeout=timeout, retries=20))
     log = CycleLog()
     target.beat()
-    for i in range(cycles):
+    for i in range(cycles * (10 if until is not None else 1)):
+        if i >= cycles and until is not None and until():
+            break
         log.cycles += 1
         path = folder / f"jeprof.{target.pid}.{i}.m{i}.heap"
         try:
@@ -266,8 +269,8 @@ def _kind(message: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", message)[:160]
 
 
-def gdb_children() -> list[int]:
-    """gdb processes started by this process."""
+def tracer_children() -> list[int]:
+    """The processes this process started to hold a target: heapscope's ptracer, or gdb."""
     me = os.getpid()
     out = []
     for name in os.listdir("/proc"):
@@ -276,25 +279,28 @@ def gdb_children() -> list[int]:
         try:
             with open(f"/proc/{name}/stat", encoding="utf-8") as f:
                 data = f.read()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
         except OSError:
             continue
         comm = data[data.find("(") + 1:data.rfind(")")]
         fields = data.rsplit(")", 1)[1].split()
-        if comm == "gdb" and int(fields[1]) == me:
+        if int(fields[1]) == me and (comm == "gdb" or b"ptracer.py" in cmdline):
             out.append(int(name))
     return out
 
 
-class GdbKiller:
-    """Kills each gdb this process starts with SIGKILL, a random time after it appears."""
+class TracerKiller:
+    """Kills each tracer (ptracer or gdb) this process starts with SIGKILL, a random time
+    after it appears."""
 
-    def __init__(self, latest: float = 0.4) -> None:
+    def __init__(self, latest: float = 0.05) -> None:
         self.latest = latest
         self.kills = 0
         self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="storm-gdb-killer", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="storm-killer", daemon=True)
 
-    def __enter__(self) -> GdbKiller:
+    def __enter__(self) -> TracerKiller:
         self.thread.start()
         return self
 
@@ -305,7 +311,7 @@ class GdbKiller:
     def _run(self) -> None:
         seen: set[int] = set()
         while not self.done.is_set():
-            for pid in gdb_children():
+            for pid in tracer_children():
                 if pid in seen:
                     continue
                 seen.add(pid)
@@ -315,7 +321,7 @@ class GdbKiller:
                     self.kills += 1
                 except ProcessLookupError:
                     pass
-            time.sleep(0.001)
+            time.sleep(0.0005)
 
 
 def summary(log: CycleLog, signals: SignalLog | None = None, **extra: Any) -> dict[str, Any]:

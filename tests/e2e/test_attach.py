@@ -297,88 +297,65 @@ def test_pid_that_exits(server_bin: Path, libjemalloc: Path, gdb: str,
     assert later.proc.wait(timeout=10) == 0
 
 
-# What the README states for the pause an attach-and-dump causes (heartbeat gaps), and the
-# bounds the tests hold it to: about 2.5x for the median, 8x for the worst (machines vary).
-README_PAUSE_MEDIAN_MS = 40
-README_PAUSE_WORST_MS = 70
-
-
-def _stress(target: Target, cycles: int, folder: Path) -> dict[str, Any]:
+def _cycles(target: Target, cycles: int, folder: Path) -> dict[str, Any]:
     """``cycles`` attach-and-dump cycles: the target stays alive and responsive, every dump is
-    valid, no cycle exceeds its timeout; the heartbeat gaps measure each pause."""
+    valid, everything still works after. The pauses are printed, not asserted (a loaded
+    machine stretches them; bench/attach_stress.py measures their distribution)."""
     from heapscope.capture.attach import AttachOptions, Controller
     from heapscope.formats.load import load
 
-    timeout = 20.0
     target.ask()
-    normal = []
-    for _ in range(10):  # normal heartbeat gaps over comparable periods, without attaching
-        time.sleep(0.3)
-        normal.append(target.ask()[1])
-    ctl = Controller(target.pid, AttachOptions(timeout=timeout))
+    ctl = Controller(target.pid, AttachOptions(timeout=60.0))
     folder.mkdir()
     os.chmod(folder, 0o1777)
     gaps: list[int] = []
-    walls: list[float] = []
-    parked: list[int] = []
+    callers: set[int] = set()
     beats_before = target.ask()[0]
-    start = time.monotonic()
     for i in range(cycles):
-        t0 = time.monotonic()
         r = ctl.dump(str(folder / f"jeprof.{target.pid}.{i}.m{i}.heap"))
-        walls.append(time.monotonic() - t0)
-        parked.append(r.parked_threads)
-        assert r.wall_s < timeout
-        _beats, gap = target.ask()  # answers: alive and responsive
-        gaps.append(gap)
+        callers.add(r.caller_tid)
+        gaps.append(target.ask()[1])  # answers: alive and responsive
         assert target.proc.poll() is None
-    total = time.monotonic() - start
     assert target.ask()[0] > beats_before
     for i in range(cycles):
         prof = load(str(folder / f"jeprof.{target.pid}.{i}.m{i}.heap"))
         assert prof.samples
-    st = ctl.status()  # everything still works after the storm
+    st = ctl.status()  # everything still works after the cycles
     assert st["prof_active"] is True
-    summary = {
-        "cycles": cycles, "total_s": round(total, 1),
-        "cycle_median_s": round(statistics.median(walls), 3),
-        "cycle_max_s": round(max(walls), 3),
-        "pause_median_ms": statistics.median(gaps) / 1000,
-        "pause_max_ms": max(gaps) / 1000,
-        "normal_gap_median_ms": statistics.median(normal) / 1000,
-        "normal_gap_max_ms": max(normal) / 1000,
-        "attaches_with_thread_in_allocator": ctl.log.busy,
-        "retries": ctl.log.retries,
-        "attaches_with_thread_asleep_in_allocator": sum(1 for p in parked if p),
-    }
-    print("\nATTACH-STRESS " + json.dumps(summary))
+    summary = {"cycles": cycles, "pause_median_ms": statistics.median(gaps) / 1000,
+               "pause_max_ms": max(gaps) / 1000, "retries": ctl.log.retries,
+               "callers": sorted(callers)}
+    print("\nATTACH-CYCLES " + json.dumps(summary))
     return summary
 
 
-def test_stress_200_attach_and_dump(server: Target, tmp_path: Path) -> None:
-    """200 cycles on the busy 7-thread target (four threads allocate all the time, so most
-    attaches find one inside the allocator and retry)."""
-    cycles = int(os.environ.get("HEAPSCOPE_ATTACH_STRESS", "200"))
-    summary = _stress(server, cycles, tmp_path / "dumps")
-    # The pause the README states (39 ms median, 61 ms worst measured over these cycles),
-    # with the margins above for slower or busier machines.
-    assert summary["pause_median_ms"] < 2.5 * README_PAUSE_MEDIAN_MS, summary
-    assert summary["pause_max_ms"] < 8 * README_PAUSE_WORST_MS, summary
+def _thread_names(pid: int) -> dict[int, str]:
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as f:
+            out[int(tid)] = f.read().strip()
+    return out
 
 
-def test_background_thread_causes_no_retry(server_bin: Path, libjemalloc: Path, gdb: str,
-                                           tmp_path: Path) -> None:
-    """A target with jemalloc's background thread (background_thread:true) whose own threads
-    stay out of the allocator: the background thread, asleep between purges, is seen parked
-    in every attach and never makes one retry; 100 pauses against the README's figures."""
+def test_attach_and_dump_cycles(server: Target, tmp_path: Path) -> None:
+    """40 cycles on the busy 7-thread target (four threads allocate all the time): the calls
+    run on a thread outside the allocator each time, with no retry needed."""
+    summary = _cycles(server, 40, tmp_path / "dumps")
+    assert summary["retries"] == 0, summary
+
+
+def test_background_thread_never_runs_the_calls(server_bin: Path, libjemalloc: Path,
+                                                 gdb: str, tmp_path: Path) -> None:
+    """A target with jemalloc's background thread (background_thread:true), asleep between
+    purges inside the allocator: the calls never run on it, and it causes no retry."""
     t = Target([str(server_bin), "0", "0", "0"],
                _env(libjemalloc, CONF + ",background_thread:true"))
     try:
-        summary = _stress(t, 100, tmp_path / "dumps")
-        assert summary["attaches_with_thread_asleep_in_allocator"] == 100, summary
-        assert summary["retries"] == 0 and summary["attaches_with_thread_in_allocator"] == 0
-        assert summary["pause_median_ms"] < 2.5 * README_PAUSE_MEDIAN_MS, summary
-        assert summary["pause_max_ms"] < 8 * README_PAUSE_WORST_MS, summary
+        names = _thread_names(t.pid)
+        assert "jemalloc_bg_thd" in names.values(), names
+        summary = _cycles(t, 30, tmp_path / "dumps")
+        assert summary["retries"] == 0, summary
+        assert not {names.get(tid) for tid in summary["callers"]} & {"jemalloc_bg_thd"}
     finally:
         assert t.stop() == 0
 
@@ -455,11 +432,9 @@ def test_sigint_sent_during_an_attach_reaches_the_target(server_bin: Path, libje
         os.kill(t.pid, signal.SIGINT)
         att.wait(timeout=60)
         try:
-            # Its SIGINT handler ends it; a lost signal leaves it running (the timeout).
-            # The exit status is not asserted: a SIGINT landing inside the injected call
-            # was also seen to crash the target (SIGSEGV, about 1 in 40, before this fix
-            # too), a separate defect still open.
-            t.proc.wait(timeout=10)
+            # Its SIGINT handler ends it (exit 0); a lost signal leaves it running (the
+            # timeout), a harmed one dies by a signal.
+            assert t.proc.wait(timeout=10) == 0
         finally:
             if t.proc.poll() is None:
                 t.proc.kill()

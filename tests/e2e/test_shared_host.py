@@ -122,7 +122,7 @@ def test_service_run_is_private_and_reported(
     assert _mode(session) == 0o710 and os.stat(session).st_gid == entry.pw_gid
     dumps = sorted((session / "dumps").glob("*.heap"))
     assert dumps and all(_mode(d) == 0o600 for d in dumps), [oct(_mode(d)) for d in dumps]
-    for name in ("manifest.json", "report.json", "rss.csv", "stderr.log"):
+    for name in ("manifest.json", "report.json", "rss.csv", "jemalloc.log"):
         assert _mode(session / name) == 0o600, name
     access = json.loads((session / "manifest.json").read_text())["access"]
     assert access["dumps_owner"]["name"] == SERVICE

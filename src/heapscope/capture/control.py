@@ -1,10 +1,13 @@
-"""mallctl calls into live processes: through the helper's control socket where the process
-has one (no stop at all), else through gdb and the call stub (:mod:`heapscope.capture.gdbctl`).
+"""mallctl calls into live processes, the safest way each process allows:
+
+1. the control socket of the helper ``heapscope run`` preloads (no stop at all);
+2. the call stub, pointed at by a moment's ``PTRACE_SEIZE`` of one thread (x86-64);
+3. gdb, calling mallctl under the debugger (other architectures, or no room for the stub).
 """
 
 from __future__ import annotations
 
-from heapscope.capture import gdbctl, helper
+from heapscope.capture import gdbctl, helper, stubcall
 from heapscope.capture.mallctl import (
     CallResult,
     Op,
@@ -29,8 +32,8 @@ def call(pid: int, ops: list[Op], *, need_prof: bool = True, timeout: float = 60
 def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
               timeout: float = 60.0, retries: int = 5, retry_delay: float = 0.05
               ) -> dict[int, CallResult | HeapscopeError]:
-    """``ops`` in each of ``pids``: each process with a helper through it, the others in one
-    gdb run. ``timeout`` bounds each process."""
+    """``ops`` in each of ``pids``: each process with a helper through it, the others with
+    the stub (one ptracer run), what is left in one gdb run. ``timeout`` bounds each."""
     out: dict[int, CallResult | HeapscopeError] = {}
     rest: list[int] = []
     for pid in pids:
@@ -44,6 +47,10 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
             out[pid] = e
             continue
         out[pid] = prof_checked(pid, r) if need_prof else r
+    if rest:
+        got, rest = stubcall.call_each(rest, ops, need_prof=need_prof, timeout=timeout,
+                                       retries=retries, retry_delay=retry_delay)
+        out.update(got)
     if rest:
         out.update(gdbctl.call_each(rest, ops, need_prof=need_prof, timeout=timeout,
                                     retries=retries, retry_delay=retry_delay))

@@ -1,19 +1,13 @@
-"""The program gdb's embedded Python runs inside the debugger for ``heapscope attach``.
+"""The program gdb's embedded Python runs inside the debugger where the call stub cannot be
+used (see ``gdbctl``).
 
 It is text, not code of this package: gdb executes it with its own ``gdb`` module, reading
-its parameters (pids, mallctl operations, the call stub and where it goes in each process)
-from the JSON file named by ``$HEAPSCOPE_GDB_PARAMS``, and appends one marker line per
-process to the file named by ``$HEAPSCOPE_GDB_OUT`` (a file, not a pipe: gdb must be able to
-finish its work and detach if heapscope dies).
-
-For each process it attaches, picks one thread that is outside the allocator, the dynamic
-loader and the unwinder, on its own stack with room below it, and, with the call stub
-(``stub_x86_64.S``), writes the stub and the calls into the process and points that thread
-at the stub as the very last change, then detaches: the calls run after the debugger has
-gone, as ordinary code of the process, so no signal, no dead debugger and no dead heapscope
-can leave the thread anywhere but in its own code. Where the stub cannot be used (another
-architecture, no room), it calls ``mallctl`` through gdb as before, restoring the stack
-pointer of the calling thread itself.
+its parameters (pids, mallctl operations) from the JSON file named by
+``$HEAPSCOPE_GDB_PARAMS``, and appends marker lines to the file named by
+``$HEAPSCOPE_GDB_OUT`` (a file, not a pipe: gdb must be able to finish and detach if
+heapscope dies). For each process it attaches, picks a thread outside the allocator, the
+dynamic loader and the unwinder, calls ``mallctl`` on it with scheduler-locking off,
+restores that thread's stack pointer, and always detaches.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ import json
 import os
 import random
 import re
-import struct
 import sys
 import time
 
@@ -34,7 +27,6 @@ P = json.load(open(os.environ["HEAPSCOPE_GDB_PARAMS"]))
 OUT = open(os.environ["HEAPSCOPE_GDB_OUT"], "a")
 PIDS = [int(x) for x in P["pids"]]
 PID = PIDS[0]
-STUB = P.get("stub") or {}
 
 ALLOC_NAME = re.compile(
     r"^(_rjem_)?(je_|malloc|free|cfree|calloc|realloc|reallocarray|mallocx|rallocx|xallocx|"
@@ -159,41 +151,6 @@ def unsafe_caller(frames):
     return False
 
 
-def read_maps():
-    out = []
-    try:
-        with open(f"/proc/{PID}/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                out.append((lo, hi, parts[1], parts[5].strip() if len(parts) > 5 else ""))
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
-
-
-def mapping_of(maps, addr):
-    for m in maps:
-        if m[0] <= addr < m[1]:
-            return m
-    return None
-
-
-def stack_problem(maps, sp, frames):
-    """Why the stub cannot run below this stack pointer, or None: it must be in a
-    writable mapping with room below it (the main thread's stack grows), and not on an
-    alternate signal stack (a signal frame whose interrupted stack is elsewhere)."""
-    m = mapping_of(maps, sp)
-    if m is None or not m[2].startswith("rw"):
-        return "its stack pointer is not in writable memory"
-    if m[3] != "[stack]" and sp - m[0] < int(STUB["stack_needed"]):
-        return "too little stack below its stack pointer"
-    for _name, _so, sig in frames:
-        if sig is not None and mapping_of(maps, sig) != m:
-            return "it runs on an alternate signal stack"
-    return None
-
-
 def syscall_of(tid):
     """The system call the stopped thread is in (-1: none; None: unknown)."""
     try:
@@ -225,49 +182,7 @@ def reg(name):
     return int(gdb.parse_and_eval(f"(unsigned long)${name}"))
 
 
-# ---- the call stub --------------------------------------------------------------------
-
-def start_stub(inf, thread, plan, mallctl, tids):
-    """Write the stub, the calls and the results header; point the thread at the stub.
-    Returns None, or an error dict (nothing was changed in the thread then)."""
-    room = plan["room"]
-    blob = bytes.fromhex(STUB["blob"])
-    res_at, code_at = int(room["results"]), int(room["code"])
-    head = bytes(inf.read_memory(res_at, 40))
-    if head[:8] == STUB["results_magic"].encode():
-        started, done, rpid, rtid = struct.unpack_from("<QQQQ", head, 8)
-        if started != done and rpid == PID and rtid in tids:
-            return {"error": "inflight", "message": f"an earlier call is still running in "
-                    f"thread {rtid}", "tid": rtid}
-    elif head != bytes(40):
-        return {"error": "room", "message": "the results area is in use"}
-    now = bytes(inf.read_memory(code_at, len(blob)))
-    if now[:8] != blob[:8] and now != bytes.fromhex(room["pristine"]):
-        return {"error": "room", "message": "the code area is in use"}
-    thread.switch()
-    quiet("frame 0")
-    sp, pc = reg("sp"), reg("pc")
-    base = sp - int(STUB["red_zone"]) - int(STUB["data"])
-    block = plan["block"]
-    data = bytearray.fromhex(block["data"])
-    for off in block["relocs"]:
-        struct.pack_into("<Q", data, off, struct.unpack_from("<Q", data, off)[0] + base)
-    for off in block["functions"]:
-        struct.pack_into("<Q", data, off, mallctl)
-    struct.pack_into("<Q", data, 16, thread.ptid[1])
-    code = bytearray(blob)
-    struct.pack_into("<QQQ", code, int(STUB["slot_resume"]), pc, pc - 2, res_at)
-    if head[:8] != STUB["results_magic"].encode():
-        inf.write_memory(res_at, STUB["results_magic"].encode())
-    inf.write_memory(code_at, bytes(code))
-    inf.write_memory(base, bytes(data))
-    emit(phase="pointing", seq=plan["seq"], tid=thread.ptid[1])
-    # The one change that makes the thread run the stub: a single register write.
-    run(f"set $pc = {code_at + int(STUB['entry'])}")
-    return None
-
-
-# ---- the fallback: mallctl called through gdb ---------------------------------------------
+# ---- mallctl called through gdb -------------------------------------------------------
 
 class Caller:
     """mallctl calls on one thread, with arguments in a scratch area below its stack."""
@@ -420,7 +335,7 @@ def candidates(threads):
     return sorted(threads, key=rank)
 
 
-def choose(threads, maps, use_stub):
+def choose(threads):
     """The thread to run the calls, and what the others were doing."""
     busy = {}
     skipped = []
@@ -435,12 +350,6 @@ def choose(threads, maps, use_stub):
         if unsafe_caller(fr):
             skipped.append("in the loader or unwinder")
             continue
-        if use_stub:
-            t.switch()
-            problem = stack_problem(maps, reg("sp"), fr)
-            if problem:
-                skipped.append(problem)
-                continue
         return t, busy, skipped
     return None, busy, skipped
 
@@ -448,9 +357,8 @@ def choose(threads, maps, use_stub):
 def main():
     global _all_solibs
     _all_solibs = False
+    emit(phase="begin")
     load_exe()
-    plan = (P.get("plans") or {}).get(str(PID)) or {}
-    use_stub = bool(plan.get("room"))
     retries = 0
     busy_seen = []
     max_retries = int(P["retries"])
@@ -462,34 +370,17 @@ def main():
             return
         inf = gdb.selected_inferior()
         threads = sorted(inf.threads(), key=lambda t: t.num)
-        tids = {t.ptid[1] for t in threads}
-        maps = read_maps() if use_stub else []
-        thread, busy, skipped = choose(threads, maps, use_stub)
+        thread, busy, skipped = choose(threads)
         if busy:
             busy_seen.append(len(busy))
-        stub_busy = False
-        if thread is not None and use_stub:
-            lo = int(plan["room"]["code"])
-            hi = lo + len(STUB["blob"]) // 2
-            for t in threads:
-                t.switch()
-                try:
-                    if lo <= reg("pc") < hi:
-                        stub_busy = True
-                except gdb.error:
-                    pass
-        if thread is None or stub_busy:
+        if thread is None:
             detach()
             if attempt >= max_retries:
-                if stub_busy:
-                    emit(error="inflight", message="a thread is still leaving an earlier "
-                         "call", retries=retries)
-                else:
-                    emit(error="busy", message="no thread can run the call: " + (
-                         "every thread is inside the allocator" if busy and not skipped
-                         else "; ".join(sorted(set(skipped + ["inside the allocator"] *
-                                                   bool(busy))))),
-                         retries=retries, busy=busy, threads=len(threads))
+                emit(error="busy", message="no thread can run the call: " + (
+                     "every thread is inside the allocator" if busy and not skipped
+                     else "; ".join(sorted(set(skipped + ["inside the allocator"] *
+                                               bool(busy))))),
+                     retries=retries, busy=busy, threads=len(threads))
                 return
             retries += 1
             time.sleep(P["retry_delay"] * (0.5 + random.random()))
@@ -502,8 +393,7 @@ def main():
         name, addr = find_mallctl()
     info = {"symbol": name, "threads": len(threads), "busy_threads": len(busy),
             "busy_where": sorted(set(busy.values()))[:5], "retries": retries,
-            "busy_seen": busy_seen, "caller_tid": thread.ptid[1],
-            "mode": "stub" if use_stub else "call"}
+            "busy_seen": busy_seen, "caller_tid": thread.ptid[1]}
     if not addr:
         detach()
         emit(error="nomallctl", message="no mallctl symbol", **info)
@@ -511,16 +401,7 @@ def main():
     error = None
     results = []
     try:
-        if use_stub:
-            error = start_stub(inf, thread, plan, addr, tids)
-        else:
-            results, error = call_through_gdb(inf, thread, addr, P["ops_of"][str(PID)])
-    except gdb.MemoryError as e:
-        error = {"error": "call", "message": f"memory: {e}"}
-    except gdb.error as e:
-        msg = str(e)
-        kind = "exited" if "exited" in msg or "No such process" in msg else "call"
-        error = {"error": kind, "message": msg.splitlines()[0] if msg else kind}
+        results, error = call_through_gdb(inf, thread, addr, P["ops_of"][str(PID)])
     finally:
         stopped = time.monotonic() - t0
         detach()
@@ -528,8 +409,6 @@ def main():
     if error is not None:
         error.setdefault("message", error["error"])
         emit(**error, **info)
-    elif use_stub:
-        emit(started=True, seq=plan["seq"], **info)
     else:
         emit(ok=True, results=results, **info)
 

@@ -1,16 +1,18 @@
 /* The call stub heapscope places in a process it attaches to (x86-64, GNU as).
  *
- * heapscope never runs an allocator call while the debugger holds the process. Instead, while
- * the process is stopped, it writes this stub into the unused tail of one code page (the bytes
- * after the end of a code segment, which no code of the program reaches), writes the calls to
- * make into a data block below one thread's stack pointer, and changes that thread's
- * instruction pointer to `entry` as the very last step. It then detaches. The thread runs the
- * stub as ordinary code of the process: it saves every register and the whole extended
- * (x87/SSE/AVX) state, makes the mallctl calls, copies their results into a results area
- * (the unused tail of a writable page), restores everything and jumps back to where it was
- * stopped. Signals, a debugger that dies, or a heapscope that dies at any moment cannot leave
- * the thread anywhere but in its own code: until the instruction pointer changes nothing has
- * changed, and after it the stub needs nothing from outside.
+ * heapscope never runs an allocator call while it holds the process. Instead, while one thread
+ * is stopped, it writes this stub into the unused tail of one code page (the bytes after the
+ * end of a code segment, which no code of the program reaches; written once, never changed
+ * after), writes the calls to make into a data block below that thread's stack pointer, and
+ * changes the thread's instruction pointer to `entry` as the very last step. It then lets the
+ * thread go. The thread runs the stub as ordinary code of the process: it saves every register
+ * and the whole extended (x87/SSE/AVX) state, makes the mallctl calls, copies their results
+ * into a results area (the unused tail of a writable page), restores everything and jumps back
+ * to where it was stopped. Signals, or a heapscope that dies at any moment, cannot leave the
+ * thread anywhere but in its own code: until the instruction pointer changes nothing has
+ * changed, and after it the stub needs nothing from outside. Everything that belongs to one
+ * call (where to return, where the results go) is in that call's data block, so calls on two
+ * threads never share anything but the results area.
  *
  * A thread stopped inside a system call that the kernel restarts (ERESTART*) resumes at
  * `restart` (entry - 2: the kernel moves the instruction pointer back over the 2-byte
@@ -18,13 +20,14 @@
  * address - 2, so the system call runs again exactly as the kernel would have restarted it.
  *
  * Layout (offsets are what heapscope/capture/stub.py relies on):
- *   code area:    +0 magic, +8 resume address, +16 resume address - 2, +24 results area
- *                 address, +38 restart, +40 entry
- *   results area: +0 magic (written by heapscope), +8 started sequence number, +16 done
- *                 sequence number, +24 pid, +32 tid, +64 one 16-byte record per call
- *                 (return value, first 8 bytes of the value read)
+ *   code area:    +0 magic, +14 restart, +16 entry
+ *   results area: +0 magic, +8 started sequence number, +16 done sequence number, +24 pid,
+ *                 +32 tid (the stub writes these), +40 pointed sequence number, +48 when
+ *                 (CLOCK_MONOTONIC ns; heapscope writes these before pointing a thread), +64
+ *                 one 16-byte record per call (return value, first 8 bytes of the value read)
  *   data block:   at stack pointer - 128 (red zone) - DATA: +0 sequence number, +8 pid,
- *                 +16 tid, +64 calls of 56 bytes (function, five arguments, record index),
+ *                 +16 tid, +24 resume address, +32 resume address - 2, +40 results area
+ *                 address, +64 calls of 56 bytes (function, five arguments, record index),
  *                 ended by a zero function; names and buffers after them
  *
  * Regenerate the bytes in stub.py with `python -m heapscope.capture.stub --assemble` (needs
@@ -35,20 +38,17 @@
         .set DATA, 8192          /* data block size, below the red zone */
         .set XAREA, 16384        /* room for XSAVE (AVX-512 needs 2.7 KiB, AMX 11 KiB) */
 
-magic:          .ascii "HSCPSTB1"
-slot_resume:    .quad 0
-slot_resume2:   .quad 0
-slot_results:   .quad 0
+magic:          .ascii "HSCPSTB2"
         .byte 0x66, 0x90, 0x66, 0x90, 0x66, 0x90   /* never executed: pads to `restart` */
 restart:
         jmp short entry_restart
 entry:
         lea rsp, [rsp - (128 + DATA)]     /* lea: the flags are still the thread's */
-        push qword ptr [rip + slot_resume]
+        push qword ptr [rsp + 24]         /* the address is taken before the push */
         jmp short common
 entry_restart:
         lea rsp, [rsp - (128 + DATA)]
-        push qword ptr [rip + slot_resume2]
+        push qword ptr [rsp + 32]
 common:
         pushfq
         push rax
@@ -69,7 +69,7 @@ common:
         cld                               /* the ABI wants DF clear at a call */
         mov rbx, rsp                      /* the saved registers */
         lea rbp, [rsp + 136]              /* the data block: 17 quadwords above */
-        mov r14, [rip + slot_results]
+        mov r14, [rbp + 40]
         mov rax, [rbp + 8]
         mov [r14 + 24], rax               /* pid, tid: whose call this is */
         mov rax, [rbp + 16]

@@ -119,8 +119,9 @@ def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
                       for k, v in st["stats"].items())
     out.write(f"heap       {stats}\n")
     a = st["attach"]
-    how = "the calls ran after gdb detached" if a["mode"] == "stub" else \
-        "the calls ran under gdb"
+    how = {"helper": "through heapscope's helper in the process, no stop",
+           "stub": "the calls ran once it was let go",
+           "call": "the calls ran under gdb"}.get(a["mode"], a["mode"])
     out.write(f"attach     stopped {a['stopped_s'] * 1000:.0f} ms, {a['threads']} threads, "
               f"calls on thread {a['caller_tid']} ({how}; {a['retries']} retries)\n")
     if not st["opt_prof"]:

@@ -105,6 +105,10 @@ class SymbolTable:
         starts, ends = self._starts, self._ends
         return self._name(min(found, key=lambda i: (ends[i] - starts[i], self._rank(i))))
 
+    def functions(self) -> list[tuple[int, int, str]]:
+        """Every function as ``(start, end, name)``, in address order."""
+        return [(self._starts[i], self._ends[i], self._name(i)) for i in range(len(self))]
+
     def covers(self, vaddr: int, name: str) -> bool:
         """True when a function symbol called ``name`` contains ``vaddr``."""
         return any(self._name(i) == name for i in self._containing(vaddr))

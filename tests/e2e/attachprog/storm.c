@@ -6,9 +6,12 @@
  * TERM, HUP, USR1, USR2, CHLD, ALRM, PIPE, TRAP and CONT in a handler (SA_RESTART); with
  * "default" it installs none, so only signals whose default action is harmless (CHLD, URG,
  * WINCH, CONT) may be sent. With argv[3] = N > 0 it writes a log line to stderr every N ms
- * (as servers do). Commands on stdin, one per line, answered on stdout:
+ * (as servers do). With argv[4] = N > 0 it calls exit(0) after N ms, whatever its other
+ * threads are doing. Commands on stdin, one per line, answered on stdout:
  *   c   the counts, "INT=n TERM=n ..." in the order above
  *   b   "<beats> <max_gap_us>" (the max gap since the previous b, then reset)
+ *   f P a new thread has jemalloc dump to path P (prof.dump); with P a FIFO nobody reads,
+ *       that thread waits in open() holding jemalloc's dump lock (a stuck dump)
  *   q   exit 0 (after freeing what the workers hold)
  * It prints "ready <pid>" once its threads run.
  */
@@ -78,6 +81,15 @@ static void *heartbeat(void *arg) {
     return NULL;
 }
 
+/* From the preloaded jemalloc, when there is one. */
+extern int mallctl(const char *, void *, size_t *, void *, size_t) __attribute__((weak));
+
+static void *dump_to(void *arg) {
+    const char *path = arg;
+    if (mallctl) mallctl("prof.dump", NULL, NULL, &path, sizeof path);
+    return NULL;
+}
+
 static void *logger(void *arg) {
     long ms = (long)(intptr_t)arg;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -91,7 +103,7 @@ static void *logger(void *arg) {
 
 static void *commands(void *arg) {
     (void)arg;
-    char line[64];
+    char line[4096];
     while (fgets(line, sizeof line, stdin)) {
         if (line[0] == 'c') {
             for (unsigned i = 0; i < NCOUNTED; i++)
@@ -100,6 +112,12 @@ static void *commands(void *arg) {
         } else if (line[0] == 'b') {
             long gap = atomic_exchange(&max_gap_us, 0);
             printf("%ld %ld\n", atomic_load(&beats), gap);
+        } else if (line[0] == 'f' && line[1] == ' ') {
+            line[strcspn(line, "\n")] = 0;
+            pthread_t d;
+            pthread_create(&d, NULL, dump_to, strdup(line + 2));
+            pthread_detach(d);
+            printf("ok\n");
         } else if (line[0] == 'q') {
             break;
         }
@@ -130,10 +148,16 @@ int main(int argc, char **argv) {
     if (log_ms > 0) pthread_create(&logt, NULL, logger, (void *)(intptr_t)log_ms);
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
+    long exit_after_ms = argc > 4 ? atol(argv[4]) : 0;
+    long start = now_us();
     unsigned seed = 7;
     void *ring[512] = {0};
     unsigned i = 0;
-    while (!atomic_load(&stopping)) churn(&seed, ring, &i);
+    while (!atomic_load(&stopping)) {
+        churn(&seed, ring, &i);
+        if (exit_after_ms > 0 && (i & 1023) == 0 && now_us() - start > exit_after_ms * 1000)
+            exit(0);
+    }
     for (unsigned k = 0; k < 512; k++) free(ring[k]);
     for (int k = 0; k < nworkers; k++) pthread_join(t[k], NULL);
     pthread_join(hb, NULL);

@@ -1,0 +1,171 @@
+"""Where in a live process's code a thread must not be when it runs heapscope's calls, where
+``mallctl`` is, and where the C library's signal-return trampoline is; read from the memory
+map and the ELF files it maps, without stopping the process.
+
+A thread may run the calls only when no code on its stack holds a lock the calls take: not
+the allocator (a jemalloc library, or jemalloc's functions linked into a program), not the
+dynamic loader or the unwinder (a sampled allocation inside the calls walks the stack, which
+takes the loader's lock), not fork. ``ptracer`` looks for return addresses into these ranges
+in the stopped thread's stack.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from heapscope.capture.stub import load_bias
+from heapscope.model import Mapping
+from heapscope.symbols.elfread import PT_LOAD, ElfError, ElfHeaders
+from heapscope.symbols.symtab import SymbolTable
+
+# Functions of the allocator, by name (jemalloc's public and internal names, with the
+# je_/_rjem_ prefixes, glibc's malloc, Rust's allocator shims).
+ALLOC_NAME = re.compile(
+    r"^(_rjem_)?(je_|malloc|free|cfree|calloc|realloc|reallocarray|mallocx|rallocx|xallocx|"
+    r"sdallocx|dallocx|nallocx|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|mallctl|"
+    r"malloc_|__libc_malloc|__libc_free|__libc_calloc|__libc_realloc|__libc_memalign|_int_malloc|"
+    r"_int_free|_int_realloc|tcache_|arena_|prof_|extent_|extents_|emap_|edata_|ecache_|pac_|pa_|"
+    r"sec_|hpa_|hpdata_|large_|bin_|base_|ckh_|tsd_|ctl_|witness_|background_thread|"
+    r"imalloc|ifree|isfree|iralloc|ialloc|idalloc|ipalloc|sz_|eset_|rtree_|psset_|"
+    r"__rust_alloc|__rust_dealloc|__rust_realloc|__rdl_|__rg_)")
+# The loader, the unwinder and fork, where they live in other objects (libc, a static program).
+UNSAFE_NAME = re.compile(r"^(_dl_|__GI__dl_|dl_iterate_phdr|__dl_iterate_phdr|_Unwind_|"
+                         r"__libc_fork|_Fork|fork|__run_fork_handlers|__libc_dlopen|dlopen|"
+                         r"dlclose|dlmopen|__libc_dlclose)")
+# Whole objects: (pattern on the file name, what a thread in it is doing).
+WHOLE = ((re.compile(r"jemalloc"), "allocator"),
+         (re.compile(r"^(ld-linux|ld64\.so|ld-musl|ld-2\.)"), "loader"),
+         (re.compile(r"^(libgcc_s|libunwind)"), "unwinder"))
+# mov $15, %rax; syscall: rt_sigreturn, the trampoline a signal handler returns through.
+RESTORER = b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05"
+MALLCTL = ("_rjem_mallctl", "mallctl")
+
+
+class CodeMap(NamedTuple):
+    """What ``ptracer`` needs to know of one process's code."""
+
+    unsafe: list[tuple[int, int, str]]  # sorted (start, end, what) address ranges
+    mallctl: int  # 0 when not found
+    symbol: str
+    restorers: list[int]  # rt_sigreturn trampolines
+
+
+def _functions(path: str) -> tuple[tuple[tuple[int, int, str], ...], tuple[tuple[str, int], ...]]:
+    try:
+        table = SymbolTable.read(path)
+    except ElfError:
+        return (), ()
+    unsafe = []
+    found = []
+    for start, end, name in table.functions():
+        if ALLOC_NAME.match(name):
+            unsafe.append((start, end, "allocator"))
+        elif UNSAFE_NAME.match(name):
+            unsafe.append((start, end, "loader, unwinder or fork"))
+        if name in MALLCTL:
+            found.append((name, start))
+    return tuple(unsafe), tuple(found)
+
+
+_Found = tuple[tuple[tuple[int, int, str], ...], tuple[tuple[str, int], ...], tuple[int, ...]]
+_objects: dict[tuple[int, int, int, bool], _Found] = {}
+
+
+def _read_object(path: str, key: tuple[int, int, int], want_restorer: bool) -> _Found:
+    """Function ranges and mallctl (file addresses) of one file, and its signal-return
+    trampolines; remembered by ``key`` (device, inode, mtime), so each file is read once
+    however many processes map it, and a rebuilt file is read again."""
+    found = _objects.get((*key, want_restorer))
+    if found is not None:
+        return found
+    functions, mallctl = _functions(path)
+    restorers: list[int] = []
+    if want_restorer:
+        try:
+            with ElfHeaders.open(path) as elf:
+                for seg in elf.segments:
+                    if seg.p_type == PT_LOAD and seg.p_flags & 1:
+                        data = elf.segment_data(seg)
+                        at = data.find(RESTORER)
+                        while at >= 0:
+                            restorers.append(seg.p_vaddr + at)
+                            at = data.find(RESTORER, at + 1)
+        except ElfError:
+            pass
+    if len(_objects) > 64:
+        _objects.clear()
+    found = _objects[(*key, want_restorer)] = (functions, mallctl, tuple(restorers))
+    return found
+
+
+def code_map(pid: int, maps: Sequence[Mapping]) -> CodeMap:
+    """The unsafe ranges, mallctl and the trampolines of ``pid`` (maps: its memory map)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        exe = ""
+    by_path: dict[str, list[Mapping]] = {}
+    for m in maps:
+        if not m.anonymous:
+            by_path.setdefault(m.path, []).append(m)
+    unsafe: list[tuple[int, int, str]] = []
+    candidates: list[tuple[int, str, int]] = []  # (preference, symbol, address)
+    restorers: list[int] = []
+    for path, ms in by_path.items():
+        if not any(m.executable for m in ms):
+            continue
+        base = os.path.basename(path)
+        whole = next((what for pattern, what in WHOLE if pattern.search(base)), None)
+        if whole is not None:
+            unsafe.extend((m.start, m.limit, whole) for m in ms if m.executable)
+        libc = base.startswith(("libc.so", "libc-", "libc.musl"))
+        program = path == exe
+        if not (whole == "allocator" or libc or program):
+            continue  # the loader and unwinder are covered whole; others looked at below
+        source = f"/proc/{pid}/map_files/{ms[0].start:x}-{ms[0].limit:x}"
+        try:
+            st = os.stat(source)
+            with ElfHeaders.open(source) as elf:
+                bias = load_bias(elf, ms, page)
+        except (OSError, ElfError):
+            continue
+        if bias is None:
+            continue
+        functions, mallctl, rest = _read_object(source, (st.st_dev, st.st_ino,
+                                                         st.st_mtime_ns), libc or program)
+        unsafe.extend((bias + lo, bias + hi, what) for lo, hi, what in functions)
+        restorers.extend(bias + r for r in rest)
+        rank = 0 if whole == "allocator" else (1 if program else 2)
+        candidates.extend((rank * 2 + MALLCTL.index(name), name, bias + addr)
+                          for name, addr in mallctl)
+    if not candidates:
+        candidates = _elsewhere(pid, by_path, page)
+    candidates.sort()
+    unsafe.sort()
+    return CodeMap(unsafe, candidates[0][2] if candidates else 0,
+                   candidates[0][1] if candidates else "", sorted(restorers))
+
+
+def _elsewhere(pid: int, by_path: dict[str, list[Mapping]], page: int
+               ) -> list[tuple[int, str, int]]:
+    """mallctl in any other object (a jemalloc linked into some library)."""
+    out: list[tuple[int, str, int]] = []
+    for ms in by_path.values():
+        if not any(m.executable for m in ms):
+            continue
+        source = f"/proc/{pid}/map_files/{ms[0].start:x}-{ms[0].limit:x}"
+        try:
+            st = os.stat(source)
+            with ElfHeaders.open(source) as elf:
+                bias = load_bias(elf, ms, page)
+        except (OSError, ElfError):
+            continue
+        if bias is None:
+            continue
+        _f, mallctl, _r = _read_object(source, (st.st_dev, st.st_ino, st.st_mtime_ns), False)
+        out.extend((MALLCTL.index(name), name, bias + addr) for name, addr in mallctl)
+    return out

@@ -1,0 +1,476 @@
+"""Stop one thread of a process without sending it a signal, check it, point it at the call
+stub, and let it go: the moment heapscope holds a process it profiles (x86-64 Linux).
+
+Run as a process of its own (``python -I -S ptracer.py PARAMS OUT``, standard library only),
+so that it can be the tracer of heapscope's own children (``run --every``) without heapscope's
+other waits taking its events, and so that a heapscope that dies leaves it to finish.
+
+For each process it takes the main thread with ``PTRACE_SEIZE`` (never stopped, never sent a
+signal: a second heapscope, or a debugger, cannot take it at the same time, so two callers
+never race) and tries the threads in turn (idle ones first): ``PTRACE_SEIZE`` and
+``PTRACE_INTERRUPT`` stop one thread, no other; its registers and the words of its stack are
+checked against the code it must not be in (the allocator, the loader, the unwinder, fork),
+an alternate signal stack and the room the stub needs; the stub, the data block and the
+results header are written through ``/proc/PID/mem``; one ``PTRACE_SETREGS`` changes the
+instruction pointer and nothing else; ``PTRACE_DETACH`` lets the thread run the stub. A
+signal that reaches a held thread is delivered at once with ``PTRACE_CONT``; a group stop
+(SIGSTOP) is left in place with ``PTRACE_LISTEN``. No signal is ever generated, so none can
+be lost or doubled; if this process dies at any moment, the kernel lets the threads go,
+untouched or pointed at a stub that needs nothing more.
+
+Each process's outcome is one line ``@@HEAPSCOPE@@{json}`` appended to OUT.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import signal
+import struct
+import sys
+import time
+from typing import Any
+
+MARK = "@@HEAPSCOPE@@"
+PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_LISTEN = 0x4206, 0x4207, 0x4208
+PTRACE_EVENT_STOP = 128
+WALL = 0x40000000
+NREGS = 27
+RAX, ORIG_RAX, RIP, RSP = 10, 15, 16, 19
+STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
+FUTEX = 202
+SCAN = 32 * 1024  # bytes of stack above the stack pointer looked at for return addresses
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.restype = ctypes.c_long
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+
+
+class Gone(Exception):
+    """The thread or process went away."""
+
+
+# Threads left seized but never stopped (in uninterruptible sleep when asked): detached the
+# moment they stop, whatever process is being looked at then.
+ABANDONED: set[int] = set()
+
+
+def ptrace(request: int, tid: int, addr: int = 0, data: int | ctypes.Array[Any] = 0) -> None:
+    arg = ctypes.cast(data, ctypes.c_void_p) if isinstance(data, ctypes.Array) \
+        else ctypes.c_void_p(data)
+    ctypes.set_errno(0)
+    if _libc.ptrace(request, tid, ctypes.c_void_p(addr), arg) == -1:
+        e = ctypes.get_errno()
+        if e == errno.ESRCH:
+            raise Gone(tid)
+        raise OSError(e, os.strerror(e))
+
+
+class Process:
+    """The threads of one process this tracer holds, and their events."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.held: set[int] = set()  # seized
+        self.stopped: set[int] = set()  # in a stop PTRACE_INTERRUPT asked for
+        self.listening: set[int] = set()  # in a group stop, left there
+        self.group_stopped = False
+        self.mem = -1
+
+    def seize(self, tid: int) -> None:
+        ptrace(PTRACE_SEIZE, tid)
+        self.held.add(tid)
+
+    def wait_stop(self, tid: int, timeout: float) -> str:
+        """Wait until ``tid`` reports the stop PTRACE_INTERRUPT asked for ("stopped"), a group
+        stop ("group"), or ends ("gone"); "late" when it has not stopped by ``timeout`` (a
+        thread in uninterruptible sleep). Events of the other held threads are answered
+        meanwhile: their signals delivered, their group stops left in place."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0001
+        while True:
+            try:
+                who, status = os.waitpid(-1, WALL | os.WNOHANG)
+            except ChildProcessError:
+                return "gone"
+            if who == 0:
+                if time.monotonic() > deadline:
+                    return "late"
+                time.sleep(delay)
+                delay = min(delay * 2, 0.005)
+                continue
+            got = self._event(who, status)
+            if who == tid and got is not None:
+                return got
+
+    def _event(self, tid: int, status: int) -> str | None:
+        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+            self.held.discard(tid)
+            self.listening.discard(tid)
+            ABANDONED.discard(tid)
+            return "gone"
+        if not os.WIFSTOPPED(status):
+            return None
+        sig = os.WSTOPSIG(status)
+        event = status >> 16
+        if tid in ABANDONED:
+            with contextlib.suppress(OSError):
+                ptrace(PTRACE_DETACH, tid, 0, 0 if event == PTRACE_EVENT_STOP else sig)
+            ABANDONED.discard(tid)
+            return None
+        try:
+            if event == PTRACE_EVENT_STOP:
+                if sig in STOP_SIGNALS:  # a group stop: someone stopped the process
+                    self.group_stopped = True
+                    ptrace(PTRACE_LISTEN, tid)
+                    self.listening.add(tid)
+                    return "group"
+                self.listening.discard(tid)
+                self.stopped.add(tid)
+                return "stopped"
+            # A signal for a held thread: delivered now, exactly as it came.
+            ptrace(PTRACE_CONT, tid, 0, sig)
+        except Gone:
+            self.held.discard(tid)
+        return None
+
+    def release(self, tid: int) -> None:
+        """Let ``tid`` go as it is. A thread that runs must be stopped to be detached; one in
+        a group stop stays in it."""
+        if tid not in self.held:
+            return
+        try:
+            if tid not in self.listening and tid not in self.stopped:
+                ptrace(PTRACE_INTERRUPT, tid)
+                state = self.wait_stop(tid, 2.0)
+                if state == "gone":
+                    return
+                if state == "late":
+                    ABANDONED.add(tid)
+                    self.held.discard(tid)
+                    return
+            ptrace(PTRACE_DETACH, tid)
+        except Gone:
+            pass
+        except OSError:
+            pass  # left to the kernel: it detaches everything when this process ends
+        self.held.discard(tid)
+        self.stopped.discard(tid)
+        self.listening.discard(tid)
+
+    def regs(self, tid: int) -> list[int]:
+        buf = (ctypes.c_ulonglong * NREGS)()
+        ptrace(PTRACE_GETREGS, tid, 0, buf)
+        return list(buf)
+
+    def set_pc(self, tid: int, pc: int) -> None:
+        """Change the instruction pointer alone, in one write of the register set."""
+        buf = (ctypes.c_ulonglong * NREGS)()
+        ptrace(PTRACE_GETREGS, tid, 0, buf)
+        buf[RIP] = pc
+        ptrace(PTRACE_SETREGS, tid, 0, buf)
+
+    def read(self, addr: int, size: int) -> bytes:
+        return os.pread(self.mem, size, addr)
+
+    def write(self, addr: int, data: bytes) -> None:
+        done = os.pwrite(self.mem, data, addr)
+        if done != len(data):
+            raise OSError(errno.EIO, f"wrote {done} of {len(data)} bytes at {addr:#x}")
+
+
+def read_maps(pid: int) -> list[tuple[int, int, str, str]]:
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            out.append((lo, hi, parts[1], parts[5].strip() if len(parts) > 5 else ""))
+    return out
+
+
+def mapping_of(maps: list[tuple[int, int, str, str]], addr: int
+               ) -> tuple[int, int, str, str] | None:
+    for m in maps:
+        if m[0] <= addr < m[1]:
+            return m
+    return None
+
+
+def syscall_of(pid: int, tid: int) -> int | None:
+    """The system call a thread sleeps in (-1: none; None: running or unknown)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            first = f.read().split()[:1]
+        return int(first[0]) if first and first[0] != "running" else None
+    except (OSError, ValueError):
+        return None
+
+
+def threads(pid: int) -> list[int]:
+    """The threads in the order they are tried: asleep in a system call other than a futex
+    wait first (idle: the calls delay nothing it was doing), the main thread first among
+    equals."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+    def rank(tid: int) -> tuple[int, bool, int]:
+        nr = syscall_of(pid, tid)
+        return (0 if nr is not None and nr >= 0 and nr != FUTEX else 1, tid != pid, tid)
+    return sorted(tids, key=rank)
+
+
+class Checker:
+    """Whether a stopped thread may run the calls."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        ranges = sorted((int(lo), int(hi), str(what)) for lo, hi, what in plan["unsafe"])
+        self.starts = [r[0] for r in ranges]
+        self.ranges = ranges
+        self.restorers = {int(r) for r in plan["restorers"]}
+        self.stack_needed = int(plan["stack_needed"])
+
+    def where(self, addr: int) -> str | None:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        # Ranges may nest (a function inside a whole object): look back a little.
+        for j in range(i, max(-1, i - 8), -1):
+            lo, hi, what = self.ranges[j]
+            if lo <= addr < hi:
+                return what
+        return None
+
+    def problem(self, proc: Process, regs: list[int], maps: list[tuple[int, int, str, str]]
+                ) -> str | None:
+        pc, sp = regs[RIP], regs[RSP]
+        what = self.where(pc)
+        if what is not None:
+            return f"inside the {what}" if what != "loader, unwinder or fork" else \
+                "inside the loader, the unwinder or fork"
+        m = mapping_of(maps, sp)
+        if m is None or not m[2].startswith("rw"):
+            return "its stack pointer is not in writable memory"
+        if m[3] != "[stack]" and sp - m[0] < self.stack_needed:
+            return "too little stack below its stack pointer"
+        top = min(m[1], sp + SCAN)
+        try:
+            raw = proc.read(sp, top - sp)
+        except OSError:
+            return "its stack cannot be read"
+        words = struct.unpack(f"<{len(raw) // 8}Q", raw[:len(raw) // 8 * 8])
+        for i, word in enumerate(words):
+            what = self.where(word) if self.starts and word >= self.starts[0] else None
+            if what is not None:
+                return f"inside the {what}" if what != "loader, unwinder or fork" else \
+                    "inside the loader, the unwinder or fork"
+            if word in self.restorers and self._on_alternate_stack(words, i, sp, m, maps):
+                return "it runs on an alternate signal stack"
+        return None
+
+    @staticmethod
+    def _on_alternate_stack(words: tuple[int, ...], i: int, sp: int,
+                            m: tuple[int, int, str, str],
+                            maps: list[tuple[int, int, str, str]]) -> bool:
+        """A signal frame at word ``i`` (its return address into rt_sigreturn): the handler
+        runs on an alternate stack when the thread's stack pointer lies in the one the frame
+        records, or the interrupted stack pointer is in another mapping."""
+        if i + 21 >= len(words):
+            return True  # a frame cut off by the end of the scan: assume the worst
+        ss_sp, ss_size = words[i + 3], words[i + 5]
+        interrupted_sp = words[i + 20]
+        if ss_size and ss_sp <= sp < ss_sp + ss_size:
+            return True
+        return mapping_of(maps, interrupted_sp) != m
+
+
+def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
+          stub: dict[str, Any]) -> dict[str, Any] | None:
+    """Write the stub, the calls and the results header; change the thread's instruction
+    pointer. None when done; else an error (and the thread unchanged)."""
+    room = plan["room"]
+    blob = bytes.fromhex(stub["blob"])
+    code_at, res_at = int(room["code"]), int(room["results"])
+    now = proc.read(code_at, len(blob))
+    if now != blob and now != bytes.fromhex(room["pristine"]):
+        return {"error": "room", "message": "the code area is in use"}
+    head = proc.read(res_at, 64)
+    magic = stub["results_magic"].encode()
+    if head[:8] == magic:
+        started, done, rpid, rtid, pointed, pointed_at = struct.unpack_from("<QQQQQQ", head, 8)
+        try:
+            alive = {int(t) for t in os.listdir(f"/proc/{proc.pid}/task")}
+        except OSError:
+            alive = set()
+        if started != done and rpid == proc.pid and rtid in alive:
+            return {"error": "inflight", "message": "an earlier call is still running in "
+                    f"thread {rtid}", "tid": rtid}
+        if pointed not in (started, done) and 0 <= time.monotonic_ns() - pointed_at < 10**10:
+            return {"error": "inflight", "message": "another call is just starting"}
+    elif head != bytes(64):
+        return {"error": "room", "message": "the results area is in use"}
+    pc, sp = regs[RIP], regs[RSP]
+    base = sp - int(stub["red_zone"]) - int(stub["data"])
+    block = plan["block"]
+    data = bytearray.fromhex(block["data"])
+    for off in block["relocs"]:
+        struct.pack_into("<Q", data, off, struct.unpack_from("<Q", data, off)[0] + base)
+    for off in block["functions"]:
+        struct.pack_into("<Q", data, off, int(plan["mallctl"]))
+    struct.pack_into("<QQQQ", data, 16, tid, pc, pc - 2, res_at)
+    if now != blob:
+        proc.write(code_at, blob)  # once: the stub never changes after
+    if head[:8] != magic:
+        proc.write(res_at, magic)
+    proc.write(base, bytes(data))
+    emit(proc.pid, phase="pointing", seq=plan["seq"], tid=tid)
+    _pause(plan, "written")
+    # The one change that makes the thread run the stub.
+    proc.set_pc(tid, code_at + int(stub["entry"]))
+    # Said before the main thread is let go: a second caller, who must take it first, then
+    # waits for this call instead of sharing its results area.
+    proc.write(res_at + 40, struct.pack("<QQ", int(plan["seq"]), time.monotonic_ns()))
+    _pause(plan, "pointed")
+    return None
+
+
+def _pause(plan: dict[str, Any], phase: str) -> None:
+    """Wait at ``phase`` while the thread is held (a test's seam: it kills this process
+    there, to show that a thread is never left anywhere but in its own code or the stub)."""
+    if plan.get("pause_at") == phase:
+        emit(0, phase=f"paused-{phase}")
+        time.sleep(30)
+
+
+def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
+        retry_delay: float, timeout: float) -> dict[str, Any]:
+    """Everything for one process; the line to emit."""
+    proc = Process(pid)
+    checker = Checker(plan)
+    try:
+        proc.seize(pid)  # the main thread: only one tracer at a time
+    except Gone:
+        return {"error": "exited"}
+    except OSError as e:
+        tracer = _tracer(pid)
+        if tracer:
+            return {"error": "traced", "message": f"pid {pid} is already traced by pid "
+                    f"{tracer} (a debugger?)"}
+        return {"error": "attach", "message": f"ptrace: {e.strerror}"}
+    stopped_total = 0.0
+    tried = 0
+    skipped: dict[str, int] = {}
+    try:
+        proc.mem = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+        for attempt in range(retries + 1):
+            for tid in threads(pid):
+                tried += 1
+                if tid != pid:
+                    try:
+                        proc.seize(tid)
+                    except Gone:
+                        continue
+                t_stop = time.monotonic()
+                try:
+                    ptrace(PTRACE_INTERRUPT, tid)
+                except Gone:
+                    continue
+                state = proc.wait_stop(tid, min(timeout, 2.0))
+                if state == "gone":
+                    continue
+                if state == "group":
+                    proc.release(tid)
+                    return {"error": "stopped", "message": f"pid {pid} was stopped (SIGSTOP "
+                            "or job control) while heapscope looked at it; it is left so"}
+                if state == "late":
+                    skipped["in uninterruptible sleep"] = skipped.get(
+                        "in uninterruptible sleep", 0) + 1
+                    proc.held.discard(tid)
+                    ABANDONED.add(tid)  # let go when it stops, or when this process ends
+                    continue
+                try:
+                    regs = proc.regs(tid)
+                    problem = checker.problem(proc, regs, read_maps(pid))
+                    if problem is None:
+                        error = point(proc, tid, regs, plan, stub)
+                        proc.release(tid)
+                        stopped_total += time.monotonic() - t_stop
+                        if error is not None:
+                            return {**error, "stopped_s": round(stopped_total, 6)}
+                        return {"started": True, "seq": plan["seq"], "caller_tid": tid,
+                                "symbol": plan["symbol"], "threads": tried,
+                                "retries": attempt, "busy_threads": skipped.get(
+                                    "inside the allocator", 0),
+                                "stopped_s": round(stopped_total, 6), "mode": "stub"}
+                    skipped[problem] = skipped.get(problem, 0) + 1
+                except Gone:
+                    continue
+                proc.release(tid)
+                stopped_total += time.monotonic() - t_stop
+            if attempt < retries:
+                time.sleep(retry_delay * (1 + attempt))
+        why = "; ".join(f"{n} {what}" for what, n in sorted(skipped.items())) or "none seen"
+        return {"error": "busy", "message": f"no thread could run the call ({why})",
+                "retries": retries, "busy_threads": skipped.get("inside the allocator", 0)}
+    except Gone:
+        return {"error": "exited"}
+    except OSError as e:
+        if not os.path.exists(f"/proc/{pid}"):
+            return {"error": "exited"}
+        return {"error": "call", "message": f"{e.strerror or e}"}
+    finally:
+        for tid in sorted(proc.held - {pid}):
+            proc.release(tid)
+        proc.release(pid)
+        if proc.mem >= 0:
+            os.close(proc.mem)
+
+
+def _tracer(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+_out = None
+
+
+def emit(pid: int, **kw: Any) -> None:
+    assert _out is not None
+    _out.write(MARK + json.dumps(dict(kw, pid=pid)) + "\n")
+    _out.flush()
+
+
+def main(argv: list[str]) -> int:
+    global _out
+    with open(argv[1]) as f:
+        params = json.load(f)
+    _out = open(argv[2], "a")  # noqa: SIM115 (open for the life of this process)
+    # Nothing meant for heapscope's terminal reaches this process, and a heapscope that dies
+    # must not take it down half way through.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    for pid_text, plan in params["plans"].items():
+        pid = int(pid_text)
+        try:
+            doc = one(pid, plan, params["stub"], int(params["retries"]),
+                      float(params["retry_delay"]), float(params["timeout"]))
+        except Exception as e:  # never leave a thread held: say what happened
+            doc = {"error": "call", "message": f"{type(e).__name__}: {e}"}
+        emit(pid, **doc)
+    emit(0, phase="end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
