@@ -316,6 +316,8 @@ class TracerKiller:
                     continue
                 seen.add(pid)
                 time.sleep(random.uniform(0, self.latest))
+                if state(pid) in ("", "Z", "X"):
+                    continue  # it finished first: not a kill
                 try:
                     os.kill(pid, signal.SIGKILL)
                     self.kills += 1

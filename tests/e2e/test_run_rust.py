@@ -165,7 +165,9 @@ def test_rjem_run_uses_the_programs_own_prefixed_jemalloc(
     assert binary in manifest["modules"]
     # A dump exists only if jemalloc really read _RJEM_MALLOC_CONF.
     assert list((session / "dumps").glob("jeprof.*.f.heap"))
-    assert "Leak approximation summary" in (session / "leak-summaries.txt").read_text()
+    # jemalloc's own messages: a jemalloc linked in with the _rjem_ prefix does not export
+    # its malloc_message for the helper to take, so they stay the program's stderr, untouched.
+    assert "Leak approximation summary" in p.stderr
     (proc,) = _json(session / "report.json")["processes"]
     # One dump at exit: what is left live, not a judged leak.
     assert proc["role"] == "main" and proc["verdict"] == "unjudged"

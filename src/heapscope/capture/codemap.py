@@ -53,7 +53,11 @@ class CodeMap(NamedTuple):
     restorers: list[int]  # rt_sigreturn trampolines
 
 
-def _functions(path: str) -> tuple[tuple[tuple[int, int, str], ...], tuple[tuple[str, int], ...]]:
+def _functions(path: str, allocator: bool
+               ) -> tuple[tuple[tuple[int, int, str], ...], tuple[tuple[str, int], ...]]:
+    """Unsafe function ranges and mallctl of one file; allocator names count only where
+    ``allocator`` (a program with jemalloc linked in: the C library's own malloc is not the
+    one in use, and holds none of jemalloc's locks)."""
     try:
         table = SymbolTable.read(path)
     except ElfError:
@@ -61,7 +65,7 @@ def _functions(path: str) -> tuple[tuple[tuple[int, int, str], ...], tuple[tuple
     unsafe = []
     found = []
     for start, end, name in table.functions():
-        if ALLOC_NAME.match(name):
+        if allocator and ALLOC_NAME.match(name):
             unsafe.append((start, end, "allocator"))
         elif UNSAFE_NAME.match(name):
             unsafe.append((start, end, "loader, unwinder or fork"))
@@ -71,19 +75,24 @@ def _functions(path: str) -> tuple[tuple[tuple[int, int, str], ...], tuple[tuple
 
 
 _Found = tuple[tuple[tuple[int, int, str], ...], tuple[tuple[str, int], ...], tuple[int, ...]]
-_objects: dict[tuple[int, int, int, bool], _Found] = {}
+_objects: dict[tuple[int, int, int, str], _Found] = {}
 
 
-def _read_object(path: str, key: tuple[int, int, int], want_restorer: bool) -> _Found:
-    """Function ranges and mallctl (file addresses) of one file, and its signal-return
-    trampolines; remembered by ``key`` (device, inode, mtime), so each file is read once
-    however many processes map it, and a rebuilt file is read again."""
-    found = _objects.get((*key, want_restorer))
+def _read_object(path: str, key: tuple[int, int, int], kind: str) -> _Found:
+    """Unsafe function ranges, mallctl (file addresses) and signal-return trampolines of one
+    file, as its ``kind`` calls for: the program (allocator names count: a jemalloc linked
+    in), the C library (the loader's, unwinder's and fork's names only: its own malloc is
+    not the one in use), anything else (mallctl only). Remembered by ``key`` (device, inode,
+    mtime): each file is read once however many processes map it, a rebuilt one again."""
+    found = _objects.get((*key, kind))
     if found is not None:
         return found
-    functions, mallctl = _functions(path)
+    if kind in ("program", "libc"):
+        functions, mallctl = _functions(path, allocator=kind == "program")
+    else:
+        functions, mallctl = (), _functions(path, allocator=False)[1]
     restorers: list[int] = []
-    if want_restorer:
+    if kind in ("program", "libc"):
         try:
             with ElfHeaders.open(path) as elf:
                 for seg in elf.segments:
@@ -97,7 +106,7 @@ def _read_object(path: str, key: tuple[int, int, int], want_restorer: bool) -> _
             pass
     if len(_objects) > 64:
         _objects.clear()
-    found = _objects[(*key, want_restorer)] = (functions, mallctl, tuple(restorers))
+    found = _objects[(*key, kind)] = (functions, mallctl, tuple(restorers))
     return found
 
 
@@ -135,8 +144,9 @@ def code_map(pid: int, maps: Sequence[Mapping]) -> CodeMap:
             continue
         if bias is None:
             continue
+        kind = "program" if program else ("libc" if libc else "other")
         functions, mallctl, rest = _read_object(source, (st.st_dev, st.st_ino,
-                                                         st.st_mtime_ns), libc or program)
+                                                         st.st_mtime_ns), kind)
         unsafe.extend((bias + lo, bias + hi, what) for lo, hi, what in functions)
         restorers.extend(bias + r for r in rest)
         rank = 0 if whole == "allocator" else (1 if program else 2)
@@ -166,6 +176,7 @@ def _elsewhere(pid: int, by_path: dict[str, list[Mapping]], page: int
             continue
         if bias is None:
             continue
-        _f, mallctl, _r = _read_object(source, (st.st_dev, st.st_ino, st.st_mtime_ns), False)
+        _f, mallctl, _r = _read_object(source, (st.st_dev, st.st_ino, st.st_mtime_ns),
+                                       "other")
         out.extend((MALLCTL.index(name), name, bias + addr) for name, addr in mallctl)
     return out

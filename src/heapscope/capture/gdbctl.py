@@ -150,7 +150,7 @@ def _run(gdb: str, params: dict[str, Any], pids: list[int], timeout: float
         with open(os.path.join(tmp, "stderr"), "w+b") as errf:
             try:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=errf,
+                                        stdout=subprocess.DEVNULL, stderr=errf, env=env,
                                         start_new_session=True)
             except OSError as e:
                 raise ToolError(f"cannot run gdb: {e.strerror or e}") from None

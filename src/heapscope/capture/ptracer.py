@@ -45,6 +45,15 @@ RAX, ORIG_RAX, RIP, RSP = 10, 15, 16, 19
 STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 FUTEX = 202
 SCAN = 32 * 1024  # bytes of stack above the stack pointer looked at for return addresses
+# System calls a thread waits in when it is idle, and that no allocator, loader, unwinder or
+# fork code makes (x86-64 numbers): poll, select, pselect6, ppoll, epoll_wait, epoll_pwait,
+# epoll_pwait2, nanosleep, clock_nanosleep, pause, rt_sigsuspend, rt_sigtimedwait, accept,
+# accept4, recvfrom, recvmsg, recvmmsg, wait4, waitid, io_getevents, io_uring_enter, msgrcv,
+# semop, semtimedop. A thread blocked in one of them is not inside that code (a signal
+# handler it runs in is looked at through its signal frame); words on its stack are not
+# taken for return addresses, which spares the stale ones an earlier call left behind.
+IDLE_SYSCALLS = frozenset({7, 23, 270, 271, 232, 281, 441, 35, 230, 34, 130, 128, 43, 288,
+                           45, 47, 299, 61, 247, 208, 426, 70, 65, 220})
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
@@ -248,11 +257,17 @@ class Checker:
 
     def problem(self, proc: Process, regs: list[int], maps: list[tuple[int, int, str, str]]
                 ) -> str | None:
+        """Why this stopped thread must not run the calls, or None. Its instruction pointer
+        must be outside the unsafe code, and every word of the top of its stack that points
+        into it counts as a return address (a stale one too: the safe side). A thread
+        blocked in an idle system call holds neither the loader's nor the unwinder's lock
+        (nothing there waits in such calls): for it only the allocator counts (whose
+        messages go to callbacks that might)."""
         pc, sp = regs[RIP], regs[RSP]
+        idle = regs[ORIG_RAX] in IDLE_SYSCALLS
         what = self.where(pc)
         if what is not None:
-            return f"inside the {what}" if what != "loader, unwinder or fork" else \
-                "inside the loader, the unwinder or fork"
+            return _inside(what)
         m = mapping_of(maps, sp)
         if m is None or not m[2].startswith("rw"):
             return "its stack pointer is not in writable memory"
@@ -264,14 +279,40 @@ class Checker:
         except OSError:
             return "its stack cannot be read"
         words = struct.unpack(f"<{len(raw) // 8}Q", raw[:len(raw) // 8 * 8])
-        for i, word in enumerate(words):
-            what = self.where(word) if self.starts and word >= self.starts[0] else None
-            if what is not None:
-                return f"inside the {what}" if what != "loader, unwinder or fork" else \
-                    "inside the loader, the unwinder or fork"
-            if word in self.restorers and self._on_alternate_stack(words, i, sp, m, maps):
-                return "it runs on an alternate signal stack"
+        low = self.starts[0] if self.starts else 1 << 64
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word in self.restorers:
+                # A signal frame: not return addresses but the interrupted thread's registers
+                # and floating-point state. Where it was interrupted counts; the rest is
+                # skipped.
+                if self._on_alternate_stack(words, i, sp, m, maps):
+                    return "it runs on an alternate signal stack"
+                what = self.where(words[i + 22])
+                if what is not None:
+                    return _inside(what)
+                i = self._after_frame(raw, words, i, sp)
+                continue
+            what = self.where(word) if word >= low else None
+            if what is not None and (what == "allocator" or not idle):
+                return _inside(what)
+            i += 1
         return None
+
+    @staticmethod
+    def _after_frame(raw: bytes, words: tuple[int, ...], i: int, sp: int) -> int:
+        """The word after the signal frame at word ``i`` and its floating-point state."""
+        end = i + 55  # return address, ucontext, siginfo
+        fp = words[i + 29]  # sigcontext.fpstate
+        off = fp - sp
+        if off >= 0 and off + 472 <= len(raw):
+            magic, size = struct.unpack_from("<II", raw, off + 464)
+            if magic == 0x46505853:  # FP_XSTATE_MAGIC1: an XSAVE area of `size` bytes
+                end = max(end, (off + size + 7) // 8)
+            else:
+                end = max(end, (off + 512) // 8)
+        return end
 
     @staticmethod
     def _on_alternate_stack(words: tuple[int, ...], i: int, sp: int,
@@ -280,13 +321,34 @@ class Checker:
         """A signal frame at word ``i`` (its return address into rt_sigreturn): the handler
         runs on an alternate stack when the thread's stack pointer lies in the one the frame
         records, or the interrupted stack pointer is in another mapping."""
-        if i + 21 >= len(words):
+        # rt_sigframe: return address, ucontext (flags, link, stack_t {sp, flags, size},
+        # sigcontext {r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, ...}).
+        if i + 22 >= len(words):
             return True  # a frame cut off by the end of the scan: assume the worst
         ss_sp, ss_size = words[i + 3], words[i + 5]
-        interrupted_sp = words[i + 20]
+        interrupted_sp = words[i + 21]
         if ss_size and ss_sp <= sp < ss_sp + ss_size:
             return True
         return mapping_of(maps, interrupted_sp) != m
+
+
+def _inside(what: str) -> str:
+    return "inside the loader, the unwinder or fork" if what == "loader, unwinder or fork" \
+        else f"inside the {what}"
+
+
+def busy(head: bytes, pid: int, alive: set[int], now_ns: int) -> str | None:
+    """Why another call must not start now, from the results header, or None. A call is out
+    while it runs (started, not done, in a thread of this process that still lives) and from
+    the moment a thread was pointed at the stub until it starts (given 10 s: a process
+    stopped right after the pointing must not block every later call). A forked child's
+    copy of the header names its parent, so it blocks nothing."""
+    started, done, rpid, rtid, pointed, pointed_at = struct.unpack_from("<QQQQQQ", head, 8)
+    if started != done and rpid == pid and rtid in alive:
+        return f"an earlier call is still running in thread {rtid}"
+    if pointed not in (started, done) and 0 <= now_ns - pointed_at < 10**10:
+        return "another call is just starting"
+    return None
 
 
 def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
@@ -302,16 +364,13 @@ def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
     head = proc.read(res_at, 64)
     magic = stub["results_magic"].encode()
     if head[:8] == magic:
-        started, done, rpid, rtid, pointed, pointed_at = struct.unpack_from("<QQQQQQ", head, 8)
         try:
             alive = {int(t) for t in os.listdir(f"/proc/{proc.pid}/task")}
         except OSError:
             alive = set()
-        if started != done and rpid == proc.pid and rtid in alive:
-            return {"error": "inflight", "message": "an earlier call is still running in "
-                    f"thread {rtid}", "tid": rtid}
-        if pointed not in (started, done) and 0 <= time.monotonic_ns() - pointed_at < 10**10:
-            return {"error": "inflight", "message": "another call is just starting"}
+        why = busy(head, proc.pid, alive, time.monotonic_ns())
+        if why is not None:
+            return {"error": "inflight", "message": why}
     elif head != bytes(64):
         return {"error": "room", "message": "the results area is in use"}
     pc, sp = regs[RIP], regs[RSP]
@@ -403,7 +462,8 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
                         if error is not None:
                             return {**error, "stopped_s": round(stopped_total, 6)}
                         return {"started": True, "seq": plan["seq"], "caller_tid": tid,
-                                "symbol": plan["symbol"], "threads": tried,
+                                "symbol": plan["symbol"], "threads": _count_threads(pid),
+                                "looked_at": tried,
                                 "retries": attempt, "busy_threads": skipped.get(
                                     "inside the allocator", 0),
                                 "stopped_s": round(stopped_total, 6), "mode": "stub"}
@@ -429,6 +489,13 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
         proc.release(pid)
         if proc.mem >= 0:
             os.close(proc.mem)
+
+
+def _count_threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 def _tracer(pid: int) -> int:

@@ -318,22 +318,6 @@ def parse_state(raw: bytes) -> State:
     return State(raw[:8] == RESULTS_MAGIC, started, done, pid, tid, pointed, pointed_at)
 
 
-def busy(state: State, pid: int, alive: set[int], now_ns: int) -> str | None:
-    """Why another call must not be started now, or None. A call is out while it runs
-    (started, not done, in a thread of this process that still lives) and from the moment a
-    thread was pointed at the stub until it starts (given 10 s: a pointer that died before
-    the pointing, or a process stopped right after it, must not block every later call). A
-    forked child's copy of the header names its parent, so it blocks nothing."""
-    if not state.magic:
-        return None
-    if state.started != state.done and state.pid == pid and state.tid in alive:
-        return f"an earlier call is still running in thread {state.tid}"
-    if (state.pointed not in (state.started, state.done)
-            and 0 <= now_ns - state.pointed_at < 10_000_000_000):
-        return "another call is just starting"
-    return None
-
-
 def read_memory(pid: int, address: int, size: int) -> bytes:
     """``size`` bytes of ``pid``'s memory at ``address``, read without stopping it."""
     fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
