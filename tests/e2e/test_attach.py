@@ -289,11 +289,14 @@ def test_pid_that_exits(server_bin: Path, libjemalloc: Path, gdb: str,
     err = one_line_error(hs(str(quick.pid), "status", cache=tmp_path / "c"))
     assert "exited" in err or "no process" in err, err
     quick.proc.wait()
+    # A watched process that exits: the series taken until then is judged, and said so.
     later = Target([str(server_bin), "2500"], _env(libjemalloc, CONF))
-    p = hs(str(later.pid), "watch", "--every", "0.05", "--count", "1000", "-o",
-           str(tmp_path / "gone"), cache=tmp_path / "c")
-    err = one_line_error(p)
-    assert f"process {later.pid}" in err and ("exited" in err or "no process" in err), err
+    p = hs(str(later.pid), "watch", "--every", "0.1", "--count", "1000", "-o",
+           str(tmp_path / "gone"), "--format", "json", cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert any(f"pid {later.pid} exited after" in n for n in doc["notes"]), doc["notes"]
+    assert doc["processes"][0]["dumps"] >= 2
     assert later.proc.wait(timeout=10) == 0
 
 
@@ -439,3 +442,58 @@ def test_sigint_sent_during_an_attach_reaches_the_target(server_bin: Path, libje
             if t.proc.poll() is None:
                 t.proc.kill()
                 t.proc.wait()
+
+
+@pytest.mark.parametrize("leaking", [True, False])
+def test_watch_counts_missed_rounds_and_never_calls_them_clean(
+        server_bin: Path, libjemalloc: Path, gdb: str, tmp_path: Path, leaking: bool) -> None:
+    """The target is stopped (SIGSTOP) until the watch has missed two rounds: the missed
+    rounds are counted and said, the verdicts rest on the dumps taken, and what is left is
+    never called clean: the leaking target is not, and the idle one is 'undecided' with the
+    reason (heapscope leaks on the session later says the same)."""
+    import threading
+
+    t = Target([str(server_bin), "0", "0", "1" if leaking else "0"], _env(libjemalloc, CONF))
+    try:
+        s = tmp_path / "w"
+        env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))
+        watch = subprocess.Popen([*_cli(), "attach", str(t.pid), "watch", "--every", "0.4",
+                                  "--count", "8", "-o", str(s), "--format", "json"],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        time.sleep(1.0)
+        os.kill(t.pid, signal.SIGSTOP)
+        missed_lines: list[str] = []
+
+        def read_err() -> None:
+            assert watch.stderr is not None
+            for line in watch.stderr:
+                if "missed" in line:
+                    missed_lines.append(line)
+
+        reader = threading.Thread(target=read_err, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 120
+        while len(missed_lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(t.pid, signal.SIGCONT)
+        out, _ = watch.communicate(timeout=300)
+        assert watch.returncode == 0, missed_lines
+        assert len(missed_lines) >= 2 and "stopped" in missed_lines[0], missed_lines
+        doc = json.loads(out)
+        (proc,) = doc["processes"]
+        assert proc["rounds"] == 8 and proc["missed_rounds"] >= 2, proc
+        assert proc["dumps"] == 8 - proc["missed_rounds"], proc
+        assert proc["verdict"] != "clean", proc
+        if not leaking:
+            assert proc["verdict"] == "undecided", proc
+            assert any("rounds of dumps were missed" in n and "too few" in n
+                       for n in doc["notes"]), doc["notes"]
+        later = subprocess.run([*_cli(), "leaks", "--format", "json", str(s)], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert json.loads(later.stdout)["processes"][0]["verdict"] == proc["verdict"]
+        t.ask()
+    finally:
+        if _state(t.pid) == "T":
+            os.kill(t.pid, signal.SIGCONT)
+        assert t.stop() == 0

@@ -53,3 +53,45 @@ def test_a_judged_series_without_leaks_passes(tmp_path: Path) -> None:
     r = report(tmp_path, {0x100: [50] * 8, 0x200: [5, 30, 8, 25, 6, 28, 7, 29]})
     assert r.processes[0].verdict == "clean"
     assert gate(r, 0, None) == 0
+
+
+def _with_rounds(folder: Path, counts: dict[int, list[int]], rounds: int, missed: int
+                 ) -> LeakReport:
+    sites = {off: ls.Series(np.asarray([c]), 64, R, False) for off, c in counts.items()}
+    paths = [str(p) for p in ls.write_series(folder, 77, sites, 0)]
+    (pid, group), = group_by_pid(paths).items()
+    info = {pid: {"rounds": rounds, "missed_rounds": missed, "missed_why": "pid 77 is stopped"}}
+    return find_leaks([load_series(pid, group, SymbolOptions(cache_dir=None))], info=info)
+
+
+@pytest.mark.parametrize("dumps, rounds, missed, verdict", [
+    (8, 8, 0, "clean"),      # nothing missed
+    (8, 10, 2, "clean"),     # a fifth missed, eight dumps left: enough to rule a leak out
+    (6, 8, 2, "undecided"),  # a quarter missed
+    (5, 6, 1, "undecided"),  # five dumps are a short series
+    (4, 8, 4, "undecided"),
+])
+def test_missed_rounds_never_leave_a_process_clean_on_too_little(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], dumps: int, rounds: int,
+        missed: int, verdict: str) -> None:
+    """A flat series (a steady table) with rounds missed: clean only when enough dumps were
+    taken and little was lost; otherwise undecided, with the reason, and --fail-on-leak
+    fails closed (exit 11: nothing rules a leak out)."""
+    r = _with_rounds(tmp_path, {0x100: [50] * dumps}, rounds, missed)
+    (proc,) = r.processes
+    assert (proc.verdict, proc.rounds, proc.missed) == (verdict, rounds, missed)
+    if verdict == "undecided":
+        assert any(f"{missed} of {rounds} rounds of dumps were missed (pid 77 is stopped)" in n
+                   and "too few to call it clean" in n for n in r.notes), r.notes
+        assert gate(r, 0, None) == UNJUDGED_EXIT
+        assert "nothing rules a leak out" in capsys.readouterr().err
+    else:
+        assert gate(r, 0, None) == 0
+
+
+def test_missed_rounds_do_not_hide_a_leak(tmp_path: Path) -> None:
+    """A leak gaining ~20 samples a dump over 8 dumps taken of 12 rounds is still a leak."""
+    r = _with_rounds(tmp_path, {0x100: [20 * (i + 1) for i in range(8)]}, 12, 4)
+    (proc,) = r.processes
+    assert proc.verdict == "leaks"
+    assert gate(r, 0, None) == LEAK_EXIT

@@ -126,6 +126,11 @@ def _per_s_interval(t: trend.Trend) -> list[float] | None:
     return [t.slope_low * scale, t.slope_high * scale]
 
 
+# Dumps a process needs before missed rounds may still leave it "clean" (the judge's short
+# series end at trend.SHORT = 5 dumps).
+MIN_CLEAN = 6
+
+
 @dataclass
 class ProcessFinding:
     """One process: what it is, what its dumps can tell, and whether it leaks."""
@@ -145,6 +150,9 @@ class ProcessFinding:
     left_bytes: float = 0.0  # live in the last dump, start-up and inherited memory aside
     unreadable: str = ""  # why none of its dumps could be read
     skipped: list[str] = field(default_factory=list)  # "dump: reason" for each one left out
+    rounds: int = 0  # rounds of dumps asked of it as it ran (run --every, attach watch)
+    missed: int = 0  # of them, rounds that brought no dump
+    missed_why: str = ""  # the last reason one was missed
 
     @property
     def verdict(self) -> str:
@@ -161,7 +169,22 @@ class ProcessFinding:
             return "unjudged"
         if self.growing_bytes > 0:
             return "undecided"  # fail closed: growth nobody could explain is not "clean"
+        if self.blind:
+            return "undecided"  # too many rounds lost to rule a leak out
         return "clean"
+
+    @property
+    def blind(self) -> bool:
+        """True when rounds of dumps were missed (a loaded machine, a busy process) and what
+        was taken is too little to call the process clean: fewer than MIN_CLEAN dumps, or a
+        quarter of the rounds or more lost."""
+        return self.missed > 0 and (self.judged < MIN_CLEAN or 4 * self.missed >= self.rounds)
+
+    def why_undecided(self) -> str:
+        """The reason for an ``undecided`` verdict with no growth behind it."""
+        return (f"{self.missed} of {self.rounds} rounds of dumps were missed"
+                + (f" ({self.missed_why})" if self.missed_why else "")
+                + f": {self.judged} dumps are too few to call it clean")
 
     @property
     def fail_bytes(self) -> float:
@@ -178,7 +201,8 @@ class ProcessFinding:
                 "teardown": self.teardown,
                 "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
                 "verdict": self.verdict, "unreadable": self.unreadable,
-                "skipped_dumps": self.skipped}
+                "skipped_dumps": self.skipped, "rounds": self.rounds,
+                "missed_rounds": self.missed, "missed_why": self.missed_why}
 
 
 @dataclass
@@ -379,6 +403,9 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
         proc.exe, proc.cmdline, proc.ppid = exe, list(meta.get("cmdline") or []), ppid
         proc.role = role(pid or -1, exe, root, n)
         proc.skipped = list(s.skipped)
+        proc.rounds = int(meta.get("rounds") or 0)
+        proc.missed = int(meta.get("missed_rounds") or 0)
+        proc.missed_why = str(meta.get("missed_why") or "")
         processes.append(proc)
         findings.extend(found)
     for s in lost:
@@ -408,7 +435,14 @@ def _notes(processes: list[ProcessFinding]) -> list[str]:
         notes.append("one dump shows what is live, not what grows: a leak needs a series "
                      "(heapscope run --every SECONDS, or attach PID watch); --fail-on-live "
                      "BYTES fails on what is left at exit")
-    short = [p for p in processes if p.verdict == "undecided"]
+    for p in processes:
+        if p.missed and p.blind and p.verdict == "undecided" and not p.growing_bytes:
+            notes.append(f"pid {p.pid}: {p.why_undecided()} (undecided, never 'clean')")
+        elif p.missed:
+            notes.append(f"pid {p.pid}: {p.missed} of {p.rounds} rounds of dumps were missed"
+                         + (f" ({p.missed_why})" if p.missed_why else "")
+                         + "; judged on the dumps taken")
+    short = [p for p in processes if p.verdict == "undecided" and p.growing_bytes]
     if short:
         notes.append("a site that grew without proof of a leak is 'growing': its series cannot "
                      "yet tell a leak from a cache that is still filling (take more dumps); "

@@ -295,13 +295,20 @@ def update_manifest(session: str, **fields: Any) -> None:
 
 
 def analyse(session: str, pid: int, dumps: list[str], options: SymbolOptions,
-            progress: Callable[[str, int, int], None] | None = None) -> LeakReport:
-    """``heapscope leaks`` on these dumps of the target: load_series + find_leaks."""
+            progress: Callable[[str, int, int], None] | None = None,
+            rounds: dict[str, Any] | None = None) -> LeakReport:
+    """``heapscope leaks`` on these dumps of the target: load_series + find_leaks.
+    ``rounds`` ({"rounds", "missed_rounds", "missed_why"}) says how many rounds of a series
+    were asked and missed."""
     m = sess.read_manifest(session)
     series = load_series(pid, dumps, options, progress,
                          aliases=exe_aliases(facts_from_manifest(m)))
-    info = {p["pid"]: p for p in m.get("processes", [])
+    info = {p["pid"]: dict(p) for p in m.get("processes", [])
             if isinstance(p, dict) and isinstance(p.get("pid"), int)}
+    if rounds:
+        info.setdefault(pid, {"pid": pid}).update(rounds)
+        # Kept with the session: `heapscope leaks SESSION` later judges the same way.
+        update_manifest(session, processes=[info[p] for p in sorted(info)])
     return find_leaks([series], info=info, root=pid)
 
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from heapscope.capture.procevents import ProcEvents
 from heapscope.capture.procs import TreeWatcher
@@ -47,6 +47,9 @@ class RunResult:
     watcher: TreeWatcher
     process_events: bool | str = False  # True, or why the kernel's fork events were missing
     problems: list[str] = field(default_factory=list)  # from periodic dumps (--every)
+    # Per process, the rounds of --every it was alive for and those that brought no dump:
+    # {pid: {"rounds": n, "missed_rounds": m, "missed_why": reason}}.
+    rounds: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def signal(self) -> int | None:
@@ -88,10 +91,11 @@ def run(
     watcher.begin()
     done = threading.Event()
     problems: list[str] = []
+    per_pid: dict[int, dict[str, Any]] = {}
     ticker = None
     if every and periodic is not None:
         ticker = threading.Thread(target=_tick, args=(proc, every, periodic, done, problems,
-                                                      lambda: _dumpable(watcher)),
+                                                      lambda: _dumpable(watcher), per_pid),
                                   name="heapscope-every", daemon=True)
         ticker.start()
 
@@ -122,6 +126,7 @@ def run(
     result = RunResult(proc.pid, returncode, start, time.time(), watcher)
     result.process_events = events.available or f"unavailable ({events.error})"
     result.problems = problems
+    result.rounds = per_pid
     return result
 
 
@@ -141,7 +146,8 @@ def _dumpable(watcher: TreeWatcher) -> list[int]:
 
 def _tick(proc: subprocess.Popen[bytes], every: float,
           periodic: Callable[[list[int]], dict[int, str | None]], done: threading.Event,
-          problems: list[str], targets: Callable[[], list[int]]) -> None:
+          problems: list[str], targets: Callable[[], list[int]],
+          per_pid: dict[int, dict[str, Any]]) -> None:
     """Every ``every`` seconds, call ``periodic`` on the processes ``targets`` lists (the
     program and the processes it started), split in two halves that run side by side, until
     the program ends.
@@ -150,7 +156,9 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
     that takes longer delays the next, which then starts after a pause of a tenth of the
     interval, so the dumps never take all the machine's time. A process that fails three
     times in a row is left alone from then on (one that cannot be attached will not start
-    working); failures of a process that has just exited are not problems.
+    working); failures of a process that has just exited are not problems. ``per_pid``
+    counts, per process, the rounds it lived through and those that brought no dump (its
+    verdict then rests on fewer dumps than asked, and says so).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -163,7 +171,14 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
             if proc.poll() is not None:
                 break
             began = time.monotonic()
-            pids = [pid for pid in targets() if pid not in given_up]
+            alive = targets()
+            for pid in alive:
+                r = per_pid.setdefault(pid, {"rounds": 0, "missed_rounds": 0,
+                                             "missed_why": ""})
+                r["rounds"] += 1
+                if pid in given_up:
+                    r["missed_rounds"] += 1
+            pids = [pid for pid in alive if pid not in given_up]
             halves = [half for half in (pids[0::2], pids[1::2]) if half]
             got: dict[int, str | None] = {}
             for part in pool.map(periodic, halves):
@@ -178,7 +193,10 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
                     continue
                 if not _alive(pid):
                     given_up.add(pid)
+                    per_pid[pid]["rounds"] -= 1  # it ended: not a round it lived through
                     continue
+                per_pid[pid]["missed_rounds"] += 1
+                per_pid[pid]["missed_why"] = problem
                 problems.append(problem)
                 failures[pid] = failures.get(pid, 0) + 1
                 if failures[pid] >= 3:

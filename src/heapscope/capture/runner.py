@@ -241,7 +241,8 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         if pid not in by_pid:
             # It ran and allocated, but its dump was never written: never "clean".
             all_series.append(unreadable_series(pid, [f"jemalloc could not write {tried}"]))
-    info = {pid: {"ppid": p.ppid, "exe": p.exe, "cmdline": p.cmdline}
+    info = {pid: {"ppid": p.ppid, "exe": p.exe, "cmdline": p.cmdline,
+                  **result.rounds.get(pid, {})}
             for pid, p in procs.items()}
     report = find_leaks(all_series, info=info, root=result.pid)
     seen = {p.pid for p in report.processes}
@@ -256,7 +257,8 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
         "end_time": result.end,
         "exit_status": result.exit_status,
         "signal": result.signal,
-        "processes": [p.as_dict() for p in sorted(procs.values(), key=lambda p: p.pid)],
+        "processes": [{**p.as_dict(), **result.rounds.get(p.pid, {})}
+                      for p in sorted(procs.values(), key=lambda p: p.pid)],
         "modules": {**sess.module_facts(_module_paths(
             [s.profile for s in all_series if s.profile is not None])),
             **manifest.get("modules", {})},

@@ -13,7 +13,7 @@ from typing import Any
 
 from heapscope.capture import attach as at
 from heapscope.capture.conf import lg2
-from heapscope.capture.mallctl import NOPROF_HINT, AttachError, Op
+from heapscope.capture.mallctl import NOPROF_HINT, AttachError, Op, proc_state
 from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
@@ -218,30 +218,59 @@ def _restore(ctl: at.Controller, was: bool) -> None:
 
 
 def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
+    """A dump every --every seconds, on a fixed rhythm (a slow round does not shift the
+    ones after it). A round whose dump fails is counted, said and skipped, not the end of
+    the series; the verdicts rest on the dumps taken, and a process whose lost rounds leave
+    too little to rule a leak out is 'undecided', never 'clean'."""
     if args.every <= 0 or args.count < 2:
         raise UsageError("--every must be > 0 and --count at least 2")
     session = at.open_session(ctl, args.output, _facts(ctl))
     dumps: list[str] = []
+    missed = 0
+    why = ""
+    asked = 0
+    ended = ""
+    start = time.monotonic()
     try:
         for k in range(args.count):
-            if k:
-                time.sleep(args.every)
+            wait = start + k * args.every - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            asked += 1
             path = at.next_dump_path(session, ctl.pid)
-            ctl.dump(path)
-            dumps.append(path)
+            try:
+                ctl.dump(path)
+                dumps.append(path)
+            except AttachError as e:
+                if proc_state(ctl.pid) in (None, "Z", "X"):
+                    asked -= 1
+                    ended = f"pid {ctl.pid} exited after {len(dumps)} dumps"
+                    if len(dumps) < 2:
+                        raise
+                    break
+                missed += 1
+                why = str(e)
+                sys.stderr.write(f"heapscope: round {k + 1} of {args.count} missed: {e}\n")
     except KeyboardInterrupt:
         if len(dumps) < 2:
             raise
         sys.stderr.write(f"heapscope: stopped after {len(dumps)} dumps\n")
-    return _report(ctl, args, session, at.session_dumps(session, ctl.pid), "watch",
-                   f"watch: {len(dumps)} dumps every {args.every:g} s")
+    if len(dumps) < 2:
+        raise AttachError(f"pid {ctl.pid}: only {len(dumps)} of {asked} rounds brought a dump, "
+                          f"no series to judge (last: {why})")
+    note = f"watch: {len(dumps)} dumps every {args.every:g} s" + (
+        f", {missed} of {asked} rounds missed" if missed else "") + (
+        f"; {ended}" if ended else "")
+    return _report(ctl, args, session, at.session_dumps(session, ctl.pid), "watch", note,
+                   rounds={"rounds": asked, "missed_rounds": missed, "missed_why": why})
 
 
 def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: Sequence[str],
-            kind: str, note: str, window: dict[str, Any] | None = None) -> int:
+            kind: str, note: str, window: dict[str, Any] | None = None,
+            rounds: dict[str, Any] | None = None) -> int:
     with DelayedProgress() as bar:
         report = at.analyse(session, ctl.pid, list(dumps), symbol_options(args, [session]),
-                            bar.update)
+                            bar.update, rounds)
     if window is not None:
         report.window = window
         report.notes = []

@@ -63,6 +63,11 @@ def gate(report: LeakReport, leak: int | None, live: int | None) -> int:
             print(f"heapscope: leaks hold {human_bytes(held)} ({int(held)} bytes > {leak}): "
                   f"exit {LEAK_EXIT}", file=sys.stderr)
             status = status or LEAK_EXIT
+        elif blind := [p for p in report.processes if p.verdict == "undecided"
+                       and not p.fail_bytes and p.role not in QUIET_ROLES]:
+            print(f"heapscope: pid {blind[0].pid}: {blind[0].why_undecided()}; nothing "
+                  f"rules a leak out: exit {UNJUDGED_EXIT}", file=sys.stderr)
+            status = status or UNJUDGED_EXIT
         elif not judged:
             print("heapscope: --fail-on-leak needs a series of dumps and every process has "
                   "one: nothing could be judged (take dumps as it runs: run --every SECONDS, "

@@ -112,6 +112,8 @@ def _process_line(p: ProcessFinding, window: bool = False) -> str:
         dumps = f"{p.dumps} dumps, {p.judged} judged"
     else:
         dumps = f"{p.dumps} dump{'s' if p.dumps != 1 else ''}"
+    if p.missed:
+        dumps += f" ({p.missed} missed)"
     extra = ""
     if p.leak_bytes:
         extra += f"  leak {human_bytes(p.leak_bytes)}"
