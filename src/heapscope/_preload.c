@@ -7,9 +7,11 @@
  *   (the folder is heapscope's, mode 0700; peers other than root and the process's own user
  *   are refused). The thread blocks every signal, so none meant for the program lands on it.
  *   After fork() the child gets its own socket and thread (pthread_atfork, registered after
- *   jemalloc's own fork handlers, so its locks are usable again). If the program closes the
- *   socket or reuses its descriptor, the thread notices (it checks the socket's inode before
- *   each accept) and makes a new one, never touching the program's descriptor.
+ *   jemalloc's own fork handlers, so its locks are usable again). Sockets are made while the
+ *   process is single-threaded (in the constructor, in the child after fork) and moved to a
+ *   high descriptor number. If the program closes the socket or reuses its descriptor, the
+ *   thread notices (it checks the socket's inode before each accept) and makes a new one,
+ *   never closing a descriptor whose inode is not the one it made.
  * - jemalloc's messages (malloc_message: its leak summary at exit, a dump it could not write)
  *   are appended to the file $HEAPSCOPE_JEMALLOC_LOG, one line each with the pid in front,
  *   and also written to stderr as jemalloc would, except its exit-time leak summary.
@@ -39,6 +41,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
@@ -57,6 +60,17 @@ static bool still_ours(int fd) {
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == listen_ino;
 }
 
+static ino_t inode_of(int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
+/* Close a descriptor this helper made, unless the program has closed it and reused its
+ * number meanwhile (a program closing every descriptor while the helper makes its socket). */
+static void close_if_ours(int fd, ino_t ino) {
+    if (inode_of(fd) == ino) close(fd);
+}
+
 static int make_socket(void) {
     struct sockaddr_un addr;
     memset(&addr, 0, sizeof addr);
@@ -65,9 +79,10 @@ static int make_socket(void) {
     if (n < 0 || (size_t)n >= sizeof addr.sun_path) return -1;
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -1;
+    ino_t ino = inode_of(s);
     unlink(addr.sun_path); /* an earlier process's, with the same pid */
-    if (bind(s, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(s, 8) != 0) {
-        close(s);
+    if (!ino || bind(s, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(s, 8) != 0) {
+        close_if_ours(s, ino);
         return -1;
     }
     /* Far from the low numbers programs close, reuse and hand to children. */
@@ -78,15 +93,14 @@ static int make_socket(void) {
         floor = (int)rl.rlim_cur / 2;
     int high = floor > 10 ? fcntl(s, F_DUPFD_CLOEXEC, floor) : -1;
     if (high >= 0) {
-        close(s);
+        if (inode_of(high) != ino) { /* the number was the program's by then */
+            close(high);
+            return -1;
+        }
+        close_if_ours(s, ino);
         s = high;
     }
-    struct stat st;
-    if (fstat(s, &st) != 0) {
-        close(s);
-        return -1;
-    }
-    listen_ino = st.st_ino;
+    listen_ino = ino;
     memcpy(sock_path, addr.sun_path, sizeof sock_path);
     sock_pid = getpid();
     return s;
@@ -266,11 +280,13 @@ static void *control(void *arg) {
     int failures = 0;
     for (;;) {
         if (!still_ours(listen_fd)) {
-            /* Never closed here: the number may be the program's now. */
+            /* Never closed here: the number may be the program's now. Made again a moment
+             * later: a program closing every descriptor is done by then. */
+            struct timespec pause = {0, 200 * 1000 * 1000};
+            nanosleep(&pause, NULL);
             listen_fd = make_socket();
             if (listen_fd < 0) {
-                if (++failures > 5) return NULL; /* no socket here (a sandbox): gdb it is */
-                sleep(1);
+                if (++failures > 10) return NULL; /* no socket here (a sandbox): no helper */
                 continue;
             }
         }
@@ -299,9 +315,10 @@ static void start(void) {
 }
 
 static void after_fork_in_child(void) {
-    /* The parent's socket stays the parent's; the thread did not come along. */
+    /* The parent's socket stays the parent's; the thread did not come along. The child is
+     * one thread here, so its own socket is made before anything else can run. */
     if (still_ours(listen_fd)) close(listen_fd);
-    listen_fd = -1;
+    listen_fd = make_socket();
     start();
 }
 
@@ -361,6 +378,8 @@ __attribute__((constructor)) static void heapscope_preload_init(void) {
     free(malloc(1)); /* jemalloc set up (and its fork handlers registered) before ours */
     hook_messages();
     pthread_atfork(NULL, NULL, after_fork_in_child);
+    /* Made here, while the process runs nothing but constructors on one thread. */
+    listen_fd = make_socket();
     start();
 }
 

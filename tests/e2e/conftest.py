@@ -23,6 +23,7 @@ Prerequisite fixtures skip with a precise reason when something is truly absent:
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +105,16 @@ def _tool_or_skip(name: str, package: str) -> Path:
 def gcc() -> Path:
     _tool_or_skip("strip", "binutils")
     return _tool_or_skip("gcc", "gcc")
+
+
+@pytest.fixture(scope="session")
+def storm_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """attachprog/storm.c: every thread allocates, signals counted (see storm.py)."""
+    out = tmp_path_factory.mktemp("storm") / "storm"
+    subprocess.run([str(gcc), "-O1", "-g", "-pthread", "-o", str(out),
+                    str(Path(__file__).resolve().parent / "attachprog" / "storm.c")],
+                   check=True)
+    return out
 
 
 @pytest.fixture(scope="session")

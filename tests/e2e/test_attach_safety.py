@@ -26,11 +26,6 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="session")
-def storm_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return storm.build(str(gcc), tmp_path_factory.mktemp("storm") / "storm")
-
-
-@pytest.fixture(scope="session")
 def gdb_tool() -> str:
     import shutil
 

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import os
+
 from heapscope.capture import gdbctl, helper, stubcall
 from heapscope.capture.mallctl import (
     CallResult,
@@ -36,7 +38,12 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
     the stub (one ptracer run), what is left in one gdb run. ``timeout`` bounds each."""
     out: dict[int, CallResult | HeapscopeError] = {}
     rest: list[int] = []
+    # HEAPSCOPE_NO_HELPER: neither preload the helper nor talk to one (the stub's way).
+    use_helper = not os.environ.get("HEAPSCOPE_NO_HELPER")
     for pid in pids:
+        if not use_helper:
+            rest.append(pid)
+            continue
         listed = [op.for_pid(pid) for op in with_prof_checks(list(ops), need_prof)]
         try:
             r = helper.call(pid, listed, timeout)

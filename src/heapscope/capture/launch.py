@@ -70,13 +70,13 @@ def run(
     watch_interval: float = 0.25,
     grace: float = 3.0,
     every: float | None = None,
-    periodic: Callable[[list[int]], dict[int, str | None]] | None = None,
+    periodic: Callable[[list[int]], dict[int, tuple[str | None, str]]] | None = None,
 ) -> RunResult:
     """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited.
 
     With ``every`` and ``periodic``, ``periodic(pids)`` runs every ``every`` seconds while
-    the program lives (dumps taken from outside); it returns each process's problem to note,
-    or None.
+    the program lives (dumps taken from outside); it returns, per process, a problem to note
+    (or None) and how the dump was taken.
     """
     events = ProcEvents()
     events.start()  # before the program starts, so that no early fork goes unseen
@@ -145,7 +145,8 @@ def _dumpable(watcher: TreeWatcher) -> list[int]:
 
 
 def _tick(proc: subprocess.Popen[bytes], every: float,
-          periodic: Callable[[list[int]], dict[int, str | None]], done: threading.Event,
+          periodic: Callable[[list[int]], dict[int, tuple[str | None, str]]],
+          done: threading.Event,
           problems: list[str], targets: Callable[[], list[int]],
           per_pid: dict[int, dict[str, Any]]) -> None:
     """Every ``every`` seconds, call ``periodic`` on the processes ``targets`` lists (the
@@ -180,16 +181,17 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
                     r["missed_rounds"] += 1
             pids = [pid for pid in alive if pid not in given_up]
             halves = [half for half in (pids[0::2], pids[1::2]) if half]
-            got: dict[int, str | None] = {}
+            got: dict[int, tuple[str | None, str]] = {}
             for part in pool.map(periodic, halves):
                 got.update(part)
             ended = time.monotonic()
             rounds.append((ended - began, len(pids)))
             due = max(due + every, ended + every / 10)
             for pid in pids:
-                problem = got.get(pid)
+                problem, how = got.get(pid, (None, ""))
                 if problem is None:
                     failures[pid] = 0
+                    per_pid[pid]["via"] = how  # helper, stub or call
                     continue
                 if not _alive(pid):
                     given_up.add(pid)

@@ -166,9 +166,10 @@ def run_session(cmd: list[str], opts: RunOptions,
     return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes)
 
 
-def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
+def _dumps_from_outside(pids: list[int]) -> dict[int, tuple[str | None, str]]:
     """One dump of each of ``pids`` (``run --every``): through the helper's socket where a
-    process has one, the others in one gdb run; a problem to note per process, or None.
+    process has one, else the call stub, else gdb; per process, a problem to note (or None)
+    and the way the dump was taken.
 
     ``prof.dump`` without a name lets jemalloc name it after ``prof_prefix`` (the session's
     dumps folder) with its own sequence number, so the final dump still sorts last.
@@ -176,19 +177,20 @@ def _dumps_from_outside(pids: list[int]) -> dict[int, str | None]:
     from heapscope.capture.control import call_each
     from heapscope.capture.mallctl import Op
 
-    out: dict[int, str | None] = {}
+    out: dict[int, tuple[str | None, str]] = {}
     try:
-        # Two retries while a thread is inside the allocator, as for attach.
+        # Two retries while no thread can run the call, as for attach.
         got = call_each(pids, [Op("prof.dump", "none", None, True)], timeout=30.0,
                         retries=2)
     except HeapscopeError as e:
-        return {pid: str(e) for pid in pids}
+        return {pid: (str(e), "") for pid in pids}
     for pid, r in got.items():
         if isinstance(r, HeapscopeError):
-            out[pid] = str(r)
+            out[pid] = (str(r), "")
         else:
             rc = r.rcs.get("prof.dump", 0)
-            out[pid] = None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})"
+            out[pid] = (None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})",
+                        r.mode)
     return out
 
 
