@@ -16,11 +16,6 @@ from typing import Any
 
 import pytest
 
-try:  # tests/e2e as a package or as a rootdir-inserted directory
-    from . import storm
-except ImportError:
-    import storm  # type: ignore[no-redef]
-
 pytestmark = pytest.mark.e2e
 
 PY = "/usr/bin/python3"
