@@ -418,30 +418,46 @@ def _state(pid: int) -> str:
         return ""
 
 
-def test_sigint_sent_during_an_attach_reaches_the_target(server_bin: Path, libjemalloc: Path,
-                                                         gdb: str, tmp_path: Path) -> None:
-    """A SIGINT someone sends while gdb holds the target (pg_ctl stop -m fast, a Ctrl-C) is
-    not swallowed by the debugger: the target still gets it. Sent at the moment the target
-    is seen in tracing stop."""
-    for _ in range(5):
-        t = Target([str(server_bin), "0", "0", "0"], _env(libjemalloc, CONF))
-        att = subprocess.Popen([*_cli(), "attach", str(t.pid), "status"],
-                               env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while _state(t.pid) != "t" and time.monotonic() < deadline and att.poll() is None:
-            time.sleep(0.0005)
-        assert _state(t.pid) == "t", "the attach never stopped the target"
+@pytest.mark.parametrize("phase", ["written", "pointed"])
+def test_sigint_sent_while_a_thread_is_held_reaches_the_target(
+        server_bin: Path, libjemalloc: Path, gdb: str, tmp_path: Path, phase: str) -> None:
+    """A SIGINT someone sends while heapscope holds a thread of the target (pg_ctl stop -m
+    fast, a Ctrl-C) is neither swallowed nor fatal: the target's handler gets it and it
+    exits 0 (its handler ends it), and the attach answers or says in one line that the
+    process exited. Sent while the ptracer holds the thread (made to wait there 1.5 s),
+    before and after it points it at the stub."""
+    t = Target([str(server_bin), "0", "0", "0"], _env(libjemalloc, CONF))
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"),
+               HEAPSCOPE_TEST_PTRACER_PAUSE=phase, HEAPSCOPE_TEST_PTRACER_PAUSE_S="1.5")
+    att = subprocess.Popen([*_cli(), "attach", str(t.pid), "status", "--format", "json"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                _state_of(t.pid, tid) == "t" for tid in os.listdir(f"/proc/{t.pid}/task")):
+            time.sleep(0.005)
         os.kill(t.pid, signal.SIGINT)
-        att.wait(timeout=60)
-        try:
-            # Its SIGINT handler ends it (exit 0); a lost signal leaves it running (the
-            # timeout), a harmed one dies by a signal.
-            assert t.proc.wait(timeout=10) == 0
-        finally:
-            if t.proc.poll() is None:
-                t.proc.kill()
-                t.proc.wait()
+        out, err = att.communicate(timeout=120)
+        # Its SIGINT handler ends it (exit 0); a lost signal leaves it running (the timeout),
+        # a harmed one dies by a signal.
+        assert t.proc.wait(timeout=30) == 0
+        if att.returncode:
+            assert err.strip() == f"heapscope: error: process {t.pid} exited during the " \
+                "attach", err
+        else:
+            assert json.loads(out)["opt_prof"]
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+            t.proc.wait()
+
+
+def _state_of(pid: int, tid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
 
 
 @pytest.mark.parametrize("leaking", [True, False])

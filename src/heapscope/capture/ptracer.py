@@ -403,7 +403,7 @@ def _pause(plan: dict[str, Any], phase: str) -> None:
     there, to show that a thread is never left anywhere but in its own code or the stub)."""
     if plan.get("pause_at") == phase:
         emit(0, phase=f"paused-{phase}")
-        time.sleep(30)
+        time.sleep(float(plan.get("pause_s") or 30))
 
 
 def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,

@@ -104,7 +104,8 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool, timeout: float
                            "unsafe": codes.unsafe, "restorers": codes.restorers,
                            "stack_needed": stub.STACK_NEEDED,
                            # Tests kill the ptracer while it holds a thread at this phase.
-                           "pause_at": os.environ.get("HEAPSCOPE_TEST_PTRACER_PAUSE", "")}
+                           "pause_at": os.environ.get("HEAPSCOPE_TEST_PTRACER_PAUSE", ""),
+                           "pause_s": os.environ.get("HEAPSCOPE_TEST_PTRACER_PAUSE_S", "")}
     if pending:
         params = {"plans": plans, "retries": retries, "retry_delay": retry_delay,
                   "timeout": timeout,
