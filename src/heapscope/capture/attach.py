@@ -43,29 +43,37 @@ class AttachOptions:
 
 @dataclass
 class AttachLog:
-    """What the attaches cost the target: pauses and how often a thread was in the allocator."""
+    """What the attaches cost the target: how long a thread was held, and the retries."""
 
     attaches: int = 0
     retries: int = 0
-    busy: int = 0  # attaches that found a thread inside the allocator
+    busy: int = 0  # attaches where a thread looked at was inside the allocator
     stopped_s: list[float] = field(default_factory=list)
+    modes: dict[str, int] = field(default_factory=dict)
 
     def add(self, r: CallResult) -> None:
         self.attaches += 1
         self.retries += r.retries
-        self.busy += 1 if r.raw.get("busy_seen") else 0
+        self.busy += 1 if r.busy_threads else 0
         self.stopped_s.append(r.stopped_s)
+        self.modes[r.mode] = self.modes.get(r.mode, 0) + 1
 
     def as_dict(self) -> dict[str, Any]:
         return {"attaches": self.attaches, "retries": self.retries,
                 "found_thread_in_allocator": self.busy,
-                "max_stopped_s": max(self.stopped_s, default=0.0)}
+                "max_stopped_s": max(self.stopped_s, default=0.0), "ways": self.modes}
 
     def line(self) -> str:
-        worst = max(self.stopped_s, default=0.0)
-        return (f"{self.attaches} attach{'es' if self.attaches != 1 else ''}, target stopped "
-                f"at most {worst * 1000:.0f} ms; a thread was inside the allocator in "
-                f"{self.busy} (retried {self.retries} time{'s' if self.retries != 1 else ''})")
+        n = self.attaches
+        head = f"{n} attach{'es' if n != 1 else ''}"
+        if set(self.modes) == {"helper"}:
+            return f"{head} through the process's helper: no stop"
+        worst = max(self.stopped_s, default=0.0) * 1000
+        retried = (f"; retried {self.retries} time{'s' if self.retries != 1 else ''}"
+                   if self.retries else "")
+        if "call" in self.modes:
+            return f"{head}: held at most {worst:.0f} ms (through gdb){retried}"
+        return f"{head}: one thread held at most {worst:.1f} ms, the others ran on{retried}"
 
 
 class Controller:

@@ -1,4 +1,4 @@
-"""``heapscope attach PID ACTION``: control the heap profiler of a running process through gdb."""
+"""``heapscope attach PID ACTION``: control the heap profiler of a running process."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``attach`` subcommand."""
     p = sub.add_parser(
         "attach", help=summary("attach"),
-        description="Attach to a running process with gdb for a moment and call jemalloc's "
-                    "mallctl in it: show its profiler's state, make it dump, switch sampling "
-                    "on or off, or take a window/series of dumps and report leaks. The process "
-                    "must have been started with a profiling jemalloc and MALLOC_CONF="
-                    "prof:true (prof_active:false keeps sampling off until 'start').",
+        description="Call jemalloc's mallctl in a running process: show its profiler's "
+                    "state, make it dump, switch sampling on or off, or take a window/series "
+                    "of dumps and report leaks. Through the helper of a process heapscope run "
+                    "started; else one thread is held for a moment (no signal sent, the "
+                    "others run on) and the calls run after it is let go. The process must "
+                    "have been started with a profiling jemalloc and MALLOC_CONF=prof:true "
+                    "(prof_active:false keeps sampling off until 'start').",
         usage="heapscope attach PID {status,dump,start,stop,reset,window,watch} [options]")
     p.add_argument("pid", type=int, metavar="PID", help="the process")
     acts = p.add_subparsers(dest="action", metavar="ACTION")
@@ -41,9 +43,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def action(name: str, text: str) -> argparse.ArgumentParser:
         a = acts.add_parser(name, help=text, description=text)
         a.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                       help="bound on each attach; gdb is interrupted, then killed (default 60)")
+                       help="how long to wait for each call (default 60); one that has not "
+                            "returned by then finishes by itself")
         a.add_argument("--retries", type=int, default=2, metavar="N",
-                       help="re-attach up to N times while a thread is inside the allocator "
+                       help="try again up to N times while no thread can run the calls "
                             "(default 2)")
         return a
 

@@ -12,7 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("heapscope.cli.run",
             "run a program under jemalloc heap profiling and report its leaks"),
     "attach": ("heapscope.cli.attach",
-               "control the jemalloc heap profiler of a running process (gdb)"),
+               "control the jemalloc heap profiler of a running process"),
     "agent": ("heapscope.cli.agent",
               "watch processes continuously; serve leak verdicts on /metrics"),
     "top": ("heapscope.cli.top", "top allocation sites of heap dumps (like jeprof --text)"),

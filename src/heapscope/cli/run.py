@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--interval", metavar="BYTES",
                    help="also dump every BYTES allocated (a series to see growth)")
     p.add_argument("--every", type=float, metavar="SECONDS",
-                   help="also dump every SECONDS from outside (through gdb, like heapscope "
-                        "attach), for a series over time")
+                   help="also dump every SECONDS, for a series over time: each process "
+                        "through the helper heapscope preloads (no stop), else as heapscope "
+                        "attach does")
     p.add_argument("--gdump", action="store_true", help="also dump at each new memory high")
     p.add_argument("--accum", action="store_true",
                    help="also record allocation totals (for --alloc-space/--alloc-objects)")
@@ -52,6 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the user the program runs as once started (a server that drops "
                         "privileges): it alone may write the dumps folder. Found by itself "
                         "for runuser -u, sudo -u, setpriv --reuid, su, gosu, su-exec, chpst")
+    p.add_argument("--no-helper", action="store_true",
+                   help="do not preload heapscope's helper (a control thread in each process, "
+                        "so --every never stops it): for a program that must stay "
+                        "single-threaded; --every then reaches it like attach does")
     add_gate_options(p, "total")
     p.add_argument("--no-symbolize", action="store_true",
                    help="do not symbolize now (the session then needs the binaries later)")
@@ -84,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         every=args.every,
         frames=frame_policy(args),
         user=args.user,
+        helper=not args.no_helper,
     )
     if args.every is not None and args.every <= 0:
         raise UsageError("--every needs a positive number of seconds")
