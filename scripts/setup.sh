@@ -40,6 +40,9 @@ extra=""
 # every run would compile them again (0.13 s of each command's start). pip compiles a
 # regular install the same way.
 .venv/bin/python -m compileall -q src/heapscope >/dev/null
-# The compiled loops (heapscope._native) are optional for pip; here they must be there.
+# The compiled loops (heapscope._native) and the helper `run` preloads (heapscope._preload)
+# are optional for pip; here they must be there.
 .venv/bin/python -c "import sys; from heapscope.native import core, describe
 sys.exit(0 if core else f'heapscope setup: {describe()}')"
+.venv/bin/python -c "import sys; from heapscope.capture.helper import library
+sys.exit(0 if library() else 'heapscope setup: the helper (heapscope._preload) was not built')"

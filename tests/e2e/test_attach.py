@@ -513,3 +513,25 @@ def test_watch_counts_missed_rounds_and_never_calls_them_clean(
         if _state(t.pid) == "T":
             os.kill(t.pid, signal.SIGCONT)
         assert t.stop() == 0
+
+
+def test_gdb_way(server: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the call stub cannot go (other architectures; HEAPSCOPE_NO_STUB=1 here), gdb
+    calls mallctl: status and a dump answer the same, and the target runs on."""
+    monkeypatch.setenv("HEAPSCOPE_NO_STUB", "1")
+    st = json.loads(hs(str(server.pid), "status", "--format", "json",
+                       cache=tmp_path / "c").stdout)
+    assert st["attach"]["mode"] == "call" and st["opt_prof"] and st["sample_bytes"] == 4096
+    monkeypatch.delenv("HEAPSCOPE_NO_STUB")
+    stub = json.loads(hs(str(server.pid), "status", "--format", "json",
+                         cache=tmp_path / "c").stdout)
+    assert stub["attach"]["mode"] == "stub"
+    for key in ("version", "symbol", "config_prof", "opt_prof", "prof_active", "lg_sample",
+                "prof_prefix", "lg_prof_interval"):
+        assert st[key] == stub[key], key
+    monkeypatch.setenv("HEAPSCOPE_NO_STUB", "1")
+    f = tmp_path / "gdb.heap"
+    p = hs(str(server.pid), "dump", "-o", str(f), cache=tmp_path / "c")
+    assert p.returncode == 0 and "through gdb" in p.stderr, p.stderr
+    assert f.read_text().startswith("heap_v2/4096")
+    server.ask()

@@ -67,8 +67,8 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool, timeout: float
               retries: int, retry_delay: float
               ) -> tuple[dict[int, CallResult | HeapscopeError], list[int]]:
     """The calls ``ops`` in each of ``pids``: (results, the pids the stub cannot serve)."""
-    if stub.unsupported() is not None:
-        return {}, list(pids)
+    if stub.unsupported() is not None or os.environ.get("HEAPSCOPE_NO_STUB"):
+        return {}, list(pids)  # HEAPSCOPE_NO_STUB=1: gdb's way, as on other architectures
     out: dict[int, CallResult | HeapscopeError] = {}
     rest: list[int] = []
     pending: list[_Pending] = []
