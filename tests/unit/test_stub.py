@@ -123,6 +123,9 @@ def test_busy_rules() -> None:
     assert ptracer.busy(head(4, 4, 10, 11, 6, now - 10**9), 10, mine, now) == \
         "another call is just starting"
     assert ptracer.busy(head(4, 4, 10, 11, 6, now - 11 * 10**9), 10, mine, now) is None
+    # A call that started without its pointing being written (its tracer died in between)
+    # leaves an older number in `pointed`: nothing is starting.
+    assert ptracer.busy(head(6, 6, 10, 11, 4, now - 10**9), 10, mine, now) is None
     state = stub.parse_state(head(5, 4, 10, 11, 6, 7))
     assert state == stub.State(True, 5, 4, 10, 11, 6, 7)
 

@@ -101,17 +101,19 @@ class Process:
         thread in uninterruptible sleep). Events of the other held threads are answered
         meanwhile: their signals delivered, their group stops left in place."""
         deadline = time.monotonic() + timeout
-        delay = 0.0001
         while True:
             try:
                 who, status = os.waitpid(-1, WALL | os.WNOHANG)
             except ChildProcessError:
                 return "gone"
             if who == 0:
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return "late"
-                time.sleep(delay)
-                delay = min(delay * 2, 0.005)
+                # A tracee's stop sends this process SIGCHLD (blocked in main): woken at once,
+                # not at the next tick of a polling loop, so a thread is held no longer than
+                # the work on it takes.
+                signal.sigtimedwait([signal.SIGCHLD], min(left, 0.05))
                 continue
             got = self._event(who, status)
             if who == tid and got is not None:
@@ -340,13 +342,14 @@ def _inside(what: str) -> str:
 def busy(head: bytes, pid: int, alive: set[int], now_ns: int) -> str | None:
     """Why another call must not start now, from the results header, or None. A call is out
     while it runs (started, not done, in a thread of this process that still lives) and from
-    the moment a thread was pointed at the stub until it starts (given 10 s: a process
-    stopped right after the pointing must not block every later call). A forked child's
-    copy of the header names its parent, so it blocks nothing."""
+    the moment a thread was pointed at the stub until it starts: its sequence number (the
+    time it was made) is newer than the one that started last (given 10 s: a process stopped
+    right after the pointing must not block every later call). A forked child's copy of the
+    header names its parent, so it blocks nothing."""
     started, done, rpid, rtid, pointed, pointed_at = struct.unpack_from("<QQQQQQ", head, 8)
     if started != done and rpid == pid and rtid in alive:
         return f"an earlier call is still running in thread {rtid}"
-    if pointed not in (started, done) and 0 <= now_ns - pointed_at < 10**10:
+    if pointed > started and 0 <= now_ns - pointed_at < 10**10:
         return "another call is just starting"
     return None
 
@@ -387,7 +390,8 @@ def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
     if head[:8] != magic:
         proc.write(res_at, magic)
     proc.write(base, bytes(data))
-    emit(proc.pid, phase="pointing", seq=plan["seq"], tid=tid)
+    emit(proc.pid, phase="pointing", seq=plan["seq"], tid=tid, rip=pc, rax=regs[RAX],
+         orig_rax=regs[ORIG_RAX])
     _pause(plan, "written")
     # The one change that makes the thread run the stub.
     proc.set_pc(tid, code_at + int(stub["entry"]))
@@ -421,7 +425,7 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
             return {"error": "traced", "message": f"pid {pid} is already traced by pid "
                     f"{tracer} (a debugger?)"}
         return {"error": "attach", "message": f"ptrace: {e.strerror}"}
-    stopped_total = 0.0
+    held = 0.0  # the longest any thread was held
     tried = 0
     skipped: dict[str, int] = {}
     try:
@@ -447,8 +451,8 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
                     return {"error": "stopped", "message": f"pid {pid} was stopped (SIGSTOP "
                             "or job control) while heapscope looked at it; it is left so"}
                 if state == "late":
-                    skipped["in uninterruptible sleep"] = skipped.get(
-                        "in uninterruptible sleep", 0) + 1
+                    why = f"not stopped within 2 s ({_where_is(pid, tid)})"
+                    skipped[why] = skipped.get(why, 0) + 1
                     proc.held.discard(tid)
                     ABANDONED.add(tid)  # let go when it stops, or when this process ends
                     continue
@@ -458,22 +462,30 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
                     if problem is None:
                         error = point(proc, tid, regs, plan, stub)
                         proc.release(tid)
-                        stopped_total += time.monotonic() - t_stop
+                        held = max(held, time.monotonic() - t_stop)
                         if error is not None:
-                            return {**error, "stopped_s": round(stopped_total, 6)}
+                            return {**error, "stopped_s": round(held, 6)}
                         return {"started": True, "seq": plan["seq"], "caller_tid": tid,
                                 "symbol": plan["symbol"], "threads": _count_threads(pid),
                                 "looked_at": tried,
                                 "retries": attempt, "busy_threads": skipped.get(
                                     "inside the allocator", 0),
-                                "stopped_s": round(stopped_total, 6), "mode": "stub"}
+                                "stopped_s": round(held, 6), "mode": "stub"}
                     skipped[problem] = skipped.get(problem, 0) + 1
                 except Gone:
                     continue
                 proc.release(tid)
-                stopped_total += time.monotonic() - t_stop
+                held = max(held, time.monotonic() - t_stop)
             if attempt < retries:
+                # Not held while waiting: the main thread runs, and takes its signals.
+                proc.release(pid)
                 time.sleep(retry_delay * (1 + attempt))
+                try:
+                    proc.seize(pid)
+                except OSError:
+                    return {"error": "traced", "message": f"pid {pid} was taken by another "
+                            f"tracer (pid {_tracer(pid)}) while heapscope waited to try "
+                            "again"}
         why = "; ".join(f"{n} {what}" for what, n in sorted(skipped.items())) or "none seen"
         return {"error": "busy", "message": f"no thread could run the call ({why})",
                 "retries": retries, "busy_threads": skipped.get("inside the allocator", 0)}
@@ -489,6 +501,18 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
         proc.release(pid)
         if proc.mem >= 0:
             os.close(proc.mem)
+
+
+def _where_is(pid: int, tid: int) -> str:
+    """A thread's state and kernel wait channel, to say why it did not stop."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+            wchan = f.read().strip()
+    except (OSError, IndexError):
+        return "gone"
+    return f"state {state}" + (f", in {wchan}" if wchan and wchan != "0" else "")
 
 
 def _count_threads(pid: int) -> int:
@@ -527,6 +551,7 @@ def main(argv: list[str]) -> int:
     # must not take it down half way through.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # taken by sigtimedwait
     for pid_text, plan in params["plans"].items():
         pid = int(pid_text)
         try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -92,7 +91,9 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool, timeout: float
             rest.append(pid)
             continue
         listed = [op.for_pid(pid) for op in with_prof_checks(list(ops), need_prof)]
-        seq = random.getrandbits(62) + 1
+        # When the call was made (CLOCK_MONOTONIC ns): a later call has a larger number, so a
+        # header says whether the call pointed at last is newer than the one that started.
+        seq = time.monotonic_ns() + len(pending)
         try:
             block = stub.build_block(listed, seq, pid)
         except ValueError as e:

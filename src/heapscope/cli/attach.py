@@ -122,11 +122,16 @@ def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
                       for k, v in st["stats"].items())
     out.write(f"heap       {stats}\n")
     a = st["attach"]
-    how = {"helper": "through heapscope's helper in the process, no stop",
-           "stub": "the calls ran once it was let go",
-           "call": "the calls ran under gdb"}.get(a["mode"], a["mode"])
-    out.write(f"attach     stopped {a['stopped_s'] * 1000:.0f} ms, {a['threads']} threads, "
-              f"calls on thread {a['caller_tid']} ({how}; {a['retries']} retries)\n")
+    held = a["stopped_s"] * 1000
+    retried = f"; {a['retries']} retries" if a["retries"] else ""
+    if a["mode"] == "helper":
+        how = "through heapscope's helper in the process: no stop"
+    elif a["mode"] == "stub":
+        how = (f"one thread of {a['threads']} held {held:.1f} ms (the others ran on), the "
+               f"calls ran on it once it was let go (thread {a['caller_tid']}){retried}")
+    else:
+        how = f"through gdb: held {held:.0f} ms, calls on thread {a['caller_tid']}{retried}"
+    out.write(f"attach     {how}\n")
     if not st["opt_prof"]:
         out.write(f"note: profiling is off in this process; {NOPROF_HINT}\n")
     return 0
