@@ -95,6 +95,7 @@ def tracer_kills(binary: Path, kills: int, work: Path) -> bool:
     alive = t.proc.poll() is None and storm.state(t.pid) not in ("T", "t")
     rc = t.quit()
     storm.print_summary("tracer killed", storm.summary(log, kills=k.kills, after_ok=after.ok,
+                                                        after_errors=dict(after.errors),
                                                         alive=alive, exit=rc))
     return alive and rc == 0 and after.ok == 4
 
@@ -133,12 +134,24 @@ def run_kills(binary: Path, runs: int, work: Path) -> bool:
 
 
 def pauses(binary: Path, cycles: int, load: int, work: Path) -> None:
+    """How long one thread is held per attach, and the target's heartbeat gaps with the
+    attaches and, over as long, without them (what the machine alone does to it)."""
     for label, n in (("idle machine", 0), (f"loaded: {load} busy workers", load)):
         with Load(n):
             t = storm.StormTarget([str(binary), "3"], storm.env_for(JEMALLOC))
+            started = time.monotonic()
             log = storm.attach_cycles(t, cycles, work / f"pause{n}")
+            each = (time.monotonic() - started) / max(log.cycles, 1)
+            t.beat()
+            quiet = []
+            for _ in range(log.cycles):
+                time.sleep(each)
+                quiet.append(t.beat()[1] / 1000)
             t.quit()
-        storm.print_summary(f"pause, {label}", storm.summary(log))
+        doc = storm.summary(log)
+        doc["heartbeat_gap_ms_without_attaches"] = storm.summary(
+            storm.CycleLog(gaps_ms=quiet))["heartbeat_gap_ms"]
+        storm.print_summary(f"pause, {label}", doc)
 
 
 def main() -> int:
