@@ -199,3 +199,95 @@ def test_helper_protocol() -> None:
         (0, "5.3.0"), (0, None), (0, None), (0, None), (0, None), (0, 14), (0, -1), (2, None)]
     with pytest.raises(ValueError):
         parse_answer(ops, b"HTTP/1.1 200 OK\n")
+
+
+class _Stack:
+    """A stopped thread's stack for the checker: words at an address."""
+
+    def __init__(self, sp: int, words: list[int]) -> None:
+        self.sp = sp
+        self.data = struct.pack(f"<{len(words)}Q", *words)
+
+    def read(self, addr: int, size: int) -> bytes:
+        off = addr - self.sp
+        return self.data[off:off + size]
+
+
+SP = 0x7FFF00010000
+MAPS = [(0x7FFF00000000, 0x7FFF00100000, "rw-p", "[stack]"),
+        (0x7F0000000000, 0x7F0000100000, "rw-p", "")]
+ALLOC = (0x7E0000001000, 0x7E0000002000, "allocator")
+LOADER = (0x7E0000010000, 0x7E0000020000, "loader")
+RESTORER = 0x7E0000030000
+ENTRY = 0x55000000100  # somewhere in the program
+
+
+def _checker() -> ptracer.Checker:
+    return ptracer.Checker({"unsafe": [ALLOC, LOADER], "restorers": [RESTORER],
+                            "stack_needed": stub.STACK_NEEDED})
+
+
+def _regs(rip: int, orig_rax: int = -1 & (2**64 - 1)) -> list[int]:
+    regs = [0] * ptracer.NREGS
+    regs[ptracer.RIP], regs[ptracer.RSP], regs[ptracer.ORIG_RAX] = rip, SP, orig_rax
+    return regs
+
+
+def _frame(rip: int, sp: int, ss: tuple[int, int] = (0, 0)) -> list[int]:
+    """A signal frame as the kernel lays it out: return address into the trampoline,
+    ucontext (flags, link, stack_t, sigcontext with rsp at +21 and rip at +22), sigmask,
+    siginfo; registers that point anywhere (here into the loader) are not return addresses."""
+    words = [RESTORER, 7, 0, ss[0], 0, ss[1]] + [LOADER[0] + 8] * 15 + [sp, rip]
+    return words + [0] * (55 - len(words))
+
+
+def test_checker_finds_what_a_thread_is_inside() -> None:
+    ck = _checker()
+    clean = [0x1234, ENTRY, 0x7F0000000100, 0] * 8
+    assert ck.problem(_Stack(SP, clean), _regs(ENTRY), MAPS) is None
+    # its own instruction pointer
+    assert ck.problem(_Stack(SP, clean), _regs(ALLOC[0] + 4), MAPS) == "inside the allocator"
+    # a return address into the allocator or the loader further up
+    inside = clean[:5] + [ALLOC[0] + 0x10] + clean
+    assert ck.problem(_Stack(SP, inside), _regs(ENTRY), MAPS) == "inside the allocator"
+    in_loader = clean[:5] + [LOADER[0] + 0x10] + clean
+    assert ck.problem(_Stack(SP, in_loader), _regs(ENTRY), MAPS) == "inside the loader"
+
+
+def test_checker_spares_idle_threads_the_loader_words() -> None:
+    """Asleep in epoll_wait (232), a word that points into the loader is a stale one; one
+    into the allocator still counts."""
+    ck = _checker()
+    in_loader = [ENTRY, LOADER[0] + 0x10, 0]
+    assert ck.problem(_Stack(SP, in_loader), _regs(ENTRY, 232), MAPS) is None
+    assert ck.problem(_Stack(SP, in_loader), _regs(ENTRY, 0), MAPS) == "inside the loader"
+    in_alloc = [ENTRY, ALLOC[0] + 0x10, 0]
+    assert ck.problem(_Stack(SP, in_alloc), _regs(ENTRY, 232), MAPS) == "inside the allocator"
+
+
+def test_checker_reads_signal_frames() -> None:
+    ck = _checker()
+    # A handler on the thread's own stack (PostgreSQL's workers): allowed, and the saved
+    # registers (pointing into the loader here) are not taken for return addresses.
+    own = [ENTRY, 0] + _frame(ENTRY, SP + 0x4000) + [ENTRY, 0]
+    assert ck.problem(_Stack(SP, own), _regs(ENTRY), MAPS) is None
+    # The code the handler interrupted was inside the allocator.
+    interrupted = [ENTRY] + _frame(ALLOC[0] + 0x20, SP + 0x4000) + [0]
+    assert ck.problem(_Stack(SP, interrupted), _regs(ENTRY), MAPS) == "inside the allocator"
+    # On an alternate stack: the thread's stack pointer lies in the one the frame records,
+    # or the stack it interrupted is another mapping.
+    alt = [ENTRY] + _frame(ENTRY, SP + 0x4000, ss=(SP - 0x1000, 0x8000)) + [0]
+    assert ck.problem(_Stack(SP, alt), _regs(ENTRY), MAPS) == \
+        "it runs on an alternate signal stack"
+    other = [ENTRY] + _frame(ENTRY, 0x7F0000000800) + [0]
+    assert ck.problem(_Stack(SP, other), _regs(ENTRY), MAPS) == \
+        "it runs on an alternate signal stack"
+
+
+def test_checker_wants_room_below_the_stack_pointer() -> None:
+    ck = _checker()
+    small = [(SP - 0x1000, SP + 0x1000, "rw-p", "")]
+    assert ck.problem(_Stack(SP, [0] * 8), _regs(ENTRY), small) == \
+        "too little stack below its stack pointer"
+    assert ck.problem(_Stack(SP, [0] * 8), _regs(ENTRY), [(SP - 8, SP + 8, "r--p", "x")]) == \
+        "its stack pointer is not in writable memory"
