@@ -237,7 +237,7 @@ def _frame(rip: int, sp: int, ss: tuple[int, int] = (0, 0)) -> list[int]:
     """A signal frame as the kernel lays it out: return address into the trampoline,
     ucontext (flags, link, stack_t, sigcontext with rsp at +21 and rip at +22), sigmask,
     siginfo; registers that point anywhere (here into the loader) are not return addresses."""
-    words = [RESTORER, 7, 0, ss[0], 0, ss[1]] + [LOADER[0] + 8] * 15 + [sp, rip]
+    words = [RESTORER, 7, 0, ss[0], 0, ss[1], *[LOADER[0] + 8] * 15, sp, rip]
     return words + [0] * (55 - len(words))
 
 
@@ -248,9 +248,9 @@ def test_checker_finds_what_a_thread_is_inside() -> None:
     # its own instruction pointer
     assert ck.problem(_Stack(SP, clean), _regs(ALLOC[0] + 4), MAPS) == "inside the allocator"
     # a return address into the allocator or the loader further up
-    inside = clean[:5] + [ALLOC[0] + 0x10] + clean
+    inside = [*clean[:5], ALLOC[0] + 0x10, *clean]
     assert ck.problem(_Stack(SP, inside), _regs(ENTRY), MAPS) == "inside the allocator"
-    in_loader = clean[:5] + [LOADER[0] + 0x10] + clean
+    in_loader = [*clean[:5], LOADER[0] + 0x10, *clean]
     assert ck.problem(_Stack(SP, in_loader), _regs(ENTRY), MAPS) == "inside the loader"
 
 
@@ -269,17 +269,17 @@ def test_checker_reads_signal_frames() -> None:
     ck = _checker()
     # A handler on the thread's own stack (PostgreSQL's workers): allowed, and the saved
     # registers (pointing into the loader here) are not taken for return addresses.
-    own = [ENTRY, 0] + _frame(ENTRY, SP + 0x4000) + [ENTRY, 0]
+    own = [ENTRY, 0, *_frame(ENTRY, SP + 0x4000), ENTRY, 0]
     assert ck.problem(_Stack(SP, own), _regs(ENTRY), MAPS) is None
     # The code the handler interrupted was inside the allocator.
-    interrupted = [ENTRY] + _frame(ALLOC[0] + 0x20, SP + 0x4000) + [0]
+    interrupted = [ENTRY, *_frame(ALLOC[0] + 0x20, SP + 0x4000), 0]
     assert ck.problem(_Stack(SP, interrupted), _regs(ENTRY), MAPS) == "inside the allocator"
     # On an alternate stack: the thread's stack pointer lies in the one the frame records,
     # or the stack it interrupted is another mapping.
-    alt = [ENTRY] + _frame(ENTRY, SP + 0x4000, ss=(SP - 0x1000, 0x8000)) + [0]
+    alt = [ENTRY, *_frame(ENTRY, SP + 0x4000, ss=(SP - 0x1000, 0x8000)), 0]
     assert ck.problem(_Stack(SP, alt), _regs(ENTRY), MAPS) == \
         "it runs on an alternate signal stack"
-    other = [ENTRY] + _frame(ENTRY, 0x7F0000000800) + [0]
+    other = [ENTRY, *_frame(ENTRY, 0x7F0000000800), 0]
     assert ck.problem(_Stack(SP, other), _regs(ENTRY), MAPS) == \
         "it runs on an alternate signal stack"
 
