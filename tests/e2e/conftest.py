@@ -108,6 +108,12 @@ def gcc() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gdb() -> str:
+    """gdb (the way to processes the call stub cannot serve)."""
+    return str(_tool_or_skip("gdb", "gdb"))
+
+
+@pytest.fixture(scope="session")
 def storm_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """attachprog/storm.c: every thread allocates, signals counted (see storm.py)."""
     out = tmp_path_factory.mktemp("storm") / "storm"

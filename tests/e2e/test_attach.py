@@ -47,14 +47,6 @@ def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture(scope="session")
-def gdb() -> str:
-    path = shutil.which("gdb")
-    if path is None:
-        pytest.skip("gdb not installed: apt-get install gdb")
-    return path
-
-
-@pytest.fixture(scope="session")
 def server_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("attachprog") / "server"
     subprocess.run([str(gcc), "-O1", "-g", "-pthread", "-o", str(out), str(SERVER_C)],

@@ -6,6 +6,7 @@ in the middle). Nothing here asserts a duration: each test asserts what a user r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -26,16 +27,6 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="session")
-def gdb_tool() -> str:
-    import shutil
-
-    path = shutil.which("gdb")
-    if path is None:
-        pytest.skip("gdb not installed: apt-get install gdb")
-    return path
-
-
-@pytest.fixture(scope="session")
 def inside_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("inside") / "inside"
     subprocess.run([str(gcc), "-O1", "-g", "-pthread", "-o", str(out),
@@ -44,7 +35,7 @@ def inside_bin(gcc: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def target(storm_bin: Path, libjemalloc: Path, gdb_tool: str) -> Iterator[storm.StormTarget]:
+def target(storm_bin: Path, libjemalloc: Path, gdb: str) -> Iterator[storm.StormTarget]:
     t = storm.StormTarget([str(storm_bin), "3"], storm.env_for(str(libjemalloc)))
     yield t
     if t.proc.poll() is None:
@@ -82,7 +73,7 @@ def test_signal_storm_during_attaches(target: storm.StormTarget, tmp_path: Path)
     assert set(log.modes) == {"stub"}, doc
 
 
-def test_default_dispositions(storm_bin: Path, libjemalloc: Path, gdb_tool: str,
+def test_default_dispositions(storm_bin: Path, libjemalloc: Path, gdb: str,
                               tmp_path: Path) -> None:
     """No handlers at all: signals whose default action is harmless (CHLD, URG, WINCH,
     CONT) during 15 attaches leave the target running."""
@@ -199,7 +190,7 @@ def test_stuck_call_is_left_to_finish(target: storm.StormTarget, tmp_path: Path)
     assert target.quit() == 0
 
 
-def test_target_exits_during_the_call(storm_bin: Path, libjemalloc: Path, gdb_tool: str,
+def test_target_exits_during_the_call(storm_bin: Path, libjemalloc: Path, gdb: str,
                                       tmp_path: Path) -> None:
     """The target exits by itself (exit(0) after 3 s) while heapscope waits for a dump that
     a held lock keeps from finishing: one clean line."""
@@ -218,7 +209,7 @@ def test_target_exits_during_the_call(storm_bin: Path, libjemalloc: Path, gdb_to
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_killed_run_never_kills_the_program(storm_bin: Path, libjemalloc: Path,
-                                            gdb_tool: str, tmp_path: Path, seed: int) -> None:
+                                            gdb: str, tmp_path: Path, seed: int) -> None:
     """``heapscope run --every`` SIGKILLed at a random moment: the program (which logs to
     stderr 10 times a second) keeps running and logging, exits normally when told, its
     final dump is complete, and ``heapscope leaks`` reads the session, saying the run did
@@ -256,14 +247,25 @@ def test_killed_run_never_kills_the_program(storm_bin: Path, libjemalloc: Path,
     assert "the run did not finish" in leaks.stdout, leaks.stdout
 
 
-def _inside(binary: Path, lib: Path, where: str, helper: bool) -> tuple[subprocess.Popen[str],
-                                                                        int]:
+@contextlib.contextmanager
+def _inside(binary: Path, lib: Path, where: str, helper: bool
+            ) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """inside.c placed ``where``, with a second idle thread when ``helper``: (process, tid of
+    its main thread). It must end with exit 0 on SIGTERM: it was where it was, and goes on
+    from there."""
     argv = [str(binary), where] + (["helper"] if helper else [])
     p = subprocess.Popen(argv, env=storm.env_for(str(lib)), stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    line = p.stdout.readline().split()
-    assert line[0] == "ready", line
-    return p, int(line[2])
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline().split()
+        assert line[0] == "ready", line
+        yield p, int(line[2])
+        p.terminate()
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize("where, why", [
@@ -272,49 +274,28 @@ def _inside(binary: Path, lib: Path, where: str, helper: bool) -> tuple[subproce
     ("altstack", "alternate signal stack"),
 ])
 def test_no_call_where_it_could_deadlock_or_corrupt(inside_bin: Path, libjemalloc: Path,
-                                                    gdb_tool: str, tmp_path: Path,
+                                                    gdb: str, tmp_path: Path,
                                                     where: str, why: str) -> None:
     """The only thread sits inside dl_iterate_phdr (the loader's lock), inside jemalloc
     (malloc_stats_print's callback), or in a signal handler on an alternate stack carved
     from a heap block: heapscope runs no call there, says why, and the process is
     untouched. With a second, idle thread the calls run on that one."""
-    p, main_tid = _inside(inside_bin, libjemalloc, where, helper=False)
-    try:
+    with _inside(inside_bin, libjemalloc, where, helper=False) as (p, _main):
         r = _cli("attach", str(p.pid), "status", "--retries", "1", cache=tmp_path / "c")
         assert r.returncode == 4 and why in r.stderr, r.stderr
         assert "no thread could run the call" in r.stderr
-        p.terminate()
-        assert p.wait(timeout=30) == 0  # it was where it was, and goes on from there
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    p, main_tid = _inside(inside_bin, libjemalloc, where, helper=True)
-    try:
+    with _inside(inside_bin, libjemalloc, where, helper=True) as (p, main_tid):
         r = _cli("attach", str(p.pid), "status", "--format", "json", cache=tmp_path / "c")
         assert r.returncode == 0, r.stderr
         st = json.loads(r.stdout)
         assert st["attach"]["caller_tid"] not in (0, main_tid), st["attach"]
-        p.terminate()
-        assert p.wait(timeout=30) == 0
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def test_handler_on_its_own_stack_may_run_the_calls(inside_bin: Path, libjemalloc: Path,
-                                                    gdb_tool: str, tmp_path: Path) -> None:
+                                                    gdb: str, tmp_path: Path) -> None:
     """A thread inside a signal handler on its own stack (how PostgreSQL before 16 runs its
     forked workers) is not refused for that."""
-    p, main_tid = _inside(inside_bin, libjemalloc, "handler", helper=False)
-    try:
+    with _inside(inside_bin, libjemalloc, "handler", helper=False) as (p, main_tid):
         r = _cli("attach", str(p.pid), "status", "--format", "json", cache=tmp_path / "c")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["attach"]["caller_tid"] == main_tid
-        p.terminate()
-        assert p.wait(timeout=30) == 0
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()

@@ -135,18 +135,11 @@ def code_map(pid: int, maps: Sequence[Mapping]) -> CodeMap:
         program = path == exe
         if not (whole == "allocator" or libc or program):
             continue  # the loader and unwinder are covered whole; others looked at below
-        source = f"/proc/{pid}/map_files/{ms[0].start:x}-{ms[0].limit:x}"
-        try:
-            st = os.stat(source)
-            with ElfHeaders.open(source) as elf:
-                bias = load_bias(elf, ms, page)
-        except (OSError, ElfError):
-            continue
-        if bias is None:
-            continue
         kind = "program" if program else ("libc" if libc else "other")
-        functions, mallctl, rest = _read_object(source, (st.st_dev, st.st_ino,
-                                                         st.st_mtime_ns), kind)
+        got = _placed(pid, ms, page, kind)
+        if got is None:
+            continue
+        bias, (functions, mallctl, rest) = got
         unsafe.extend((bias + lo, bias + hi, what) for lo, hi, what in functions)
         restorers.extend(bias + r for r in rest)
         rank = 0 if whole == "allocator" else (1 if program else 2)
@@ -165,18 +158,24 @@ def _elsewhere(pid: int, by_path: dict[str, list[Mapping]], page: int
     """mallctl in any other object (a jemalloc linked into some library)."""
     out: list[tuple[int, str, int]] = []
     for ms in by_path.values():
-        if not any(m.executable for m in ms):
-            continue
-        source = f"/proc/{pid}/map_files/{ms[0].start:x}-{ms[0].limit:x}"
-        try:
-            st = os.stat(source)
-            with ElfHeaders.open(source) as elf:
-                bias = load_bias(elf, ms, page)
-        except (OSError, ElfError):
-            continue
-        if bias is None:
-            continue
-        _f, mallctl, _r = _read_object(source, (st.st_dev, st.st_ino, st.st_mtime_ns),
-                                       "other")
-        out.extend((MALLCTL.index(name), name, bias + addr) for name, addr in mallctl)
+        got = _placed(pid, ms, page, "other") if any(m.executable for m in ms) else None
+        if got is not None:
+            bias, (_f, mallctl, _r) = got
+            out.extend((MALLCTL.index(name), name, bias + addr) for name, addr in mallctl)
     return out
+
+
+def _placed(pid: int, ms: Sequence[Mapping], page: int, kind: str
+            ) -> tuple[int, _Found] | None:
+    """(load bias, what ``_read_object`` finds) of the object mapped at ``ms``, read
+    through map_files (the very file the process has mapped); None when unreadable."""
+    source = f"/proc/{pid}/map_files/{ms[0].start:x}-{ms[0].limit:x}"
+    try:
+        st = os.stat(source)
+        with ElfHeaders.open(source) as elf:
+            bias = load_bias(elf, ms, page)
+    except (OSError, ElfError):
+        return None
+    if bias is None:
+        return None
+    return bias, _read_object(source, (st.st_dev, st.st_ino, st.st_mtime_ns), kind)

@@ -24,6 +24,7 @@ import tempfile
 import time
 from typing import Any
 
+from heapscope.capture.codemap import ALLOC_NAME, UNSAFE_NAME
 from heapscope.capture.gdbscript import SCRIPT
 from heapscope.capture.mallctl import (
     AttachError,
@@ -118,7 +119,8 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool = True,
               for pid in todo}
     params = {"pids": todo, "ops_of": ops_of, "retries": retries, "retry_delay": retry_delay,
               "symbols": list(symbols), "call_timeout": max(1, int(timeout)),
-              "no_debug_files": True}
+              "no_debug_files": True, "alloc_name": ALLOC_NAME.pattern,
+              "unsafe_name": UNSAFE_NAME.pattern}
     if todo:
         out.update(_run(gdb, params, todo, timeout))
     for pid in todo:

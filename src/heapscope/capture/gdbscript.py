@@ -28,20 +28,10 @@ OUT = open(os.environ["HEAPSCOPE_GDB_OUT"], "a")
 PIDS = [int(x) for x in P["pids"]]
 PID = PIDS[0]
 
-ALLOC_NAME = re.compile(
-    r"^(_rjem_)?(je_|malloc|free|cfree|calloc|realloc|reallocarray|mallocx|rallocx|xallocx|"
-    r"sdallocx|dallocx|nallocx|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|mallctl|"
-    r"malloc_|__libc_malloc|__libc_free|__libc_calloc|__libc_realloc|__libc_memalign|_int_malloc|"
-    r"_int_free|_int_realloc|tcache_|arena_|prof_|extent_|extents_|emap_|edata_|ecache_|pac_|pa_|"
-    r"sec_|hpa_|hpdata_|large_|bin_|base_|ckh_|tsd_|ctl_|witness_|background_thread|"
-    r"imalloc|ifree|isfree|iralloc|ialloc|idalloc|ipalloc|sz_|eset_|rtree_|psset_|"
-    r"__rust_alloc|__rust_dealloc|__rust_realloc|__rdl_|__rg_)"
-)
-# A thread stopped here must not run our calls: it may hold the loader or unwinder locks a
-# sampled allocation inside mallctl would take.
-UNSAFE_CALLER = re.compile(r"^(_dl_|__GI__dl_|dl_iterate_phdr|__dl_iterate_phdr|_Unwind_|"
-                           r"__libc_fork|_Fork|fork|__run_fork_handlers|__libc_dlopen|dlopen|"
-                           r"dlclose)")
+# The allocator's functions, and where a thread must not run our call (the loader, the
+# unwinder, fork): heapscope.capture.codemap's patterns, handed over in the parameters.
+ALLOC_NAME = re.compile(P["alloc_name"])
+UNSAFE_CALLER = re.compile(P["unsafe_name"])
 FUTEX = {"x86_64": 202, "aarch64": 98, "i686": 240, "i386": 240, "ppc64le": 221,
          "s390x": 238, "riscv64": 98}.get(os.uname().machine)
 
