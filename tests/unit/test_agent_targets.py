@@ -48,3 +48,30 @@ def test_pid_files_are_read_every_round(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_heapscopes_own_tracer_is_never_a_target(tmp_path: Path) -> None:
+    """A pattern that names the target's path also matches heapscope's ptracer, whose
+    command line carries the target's pid only in a file: the ptracer is never taken."""
+    marker = tmp_path / "heapscope-target-probe-2.json"
+    marker.write_text("{}")
+    code = "import time; time.sleep(30)"
+    # The ptracer's command line (python -I -S .../heapscope/capture/ptracer.py PARAMS OUT),
+    # with a script of that name that only sleeps.
+    tracer = tmp_path / "heapscope" / "capture" / "ptracer.py"
+    tracer.parent.mkdir(parents=True)
+    tracer.write_text(code)
+    fake = subprocess.Popen([sys.executable, "-I", "-S", str(tracer), str(marker), "out"])
+    real = subprocess.Popen([sys.executable, "-c", code, str(marker)])
+    try:
+        for _ in range(200):
+            if str(marker) in " ".join(cmdline(real.pid)) and \
+                    str(marker) in " ".join(cmdline(fake.pid)):
+                break
+            time.sleep(0.01)
+        found = find(Selection(patterns=[re.compile("heapscope-target-probe-2")]))
+        assert [t.pid for t in found.values()] == [real.pid]
+    finally:
+        for p in (fake, real):
+            p.kill()
+            p.wait()

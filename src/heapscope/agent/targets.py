@@ -123,6 +123,8 @@ def find(sel: Selection, skip: set[int] | None = None) -> dict[str, Target]:
 
 
 def _is_tooling(cmd: tuple[str, ...]) -> bool:
-    """gdb and heapscope's own processes match patterns that name a target's path."""
+    """gdb and heapscope's own processes (its ptracer too) match patterns that name a
+    target's path."""
     prog = os.path.basename(cmd[0])
-    return prog in ("gdb", "heapscope") or cmd[1:3] == ("-m", "heapscope.cli.main")
+    return prog in ("gdb", "heapscope") or cmd[1:3] == ("-m", "heapscope.cli.main") or any(
+        arg.endswith(os.path.join("heapscope", "capture", "ptracer.py")) for arg in cmd[1:4])

@@ -198,8 +198,8 @@ class Agent:
             w.last_time = max(os.path.getmtime(d) for d in dumps)
 
     def _set_active(self, pids: list[int], on: bool) -> None:
-        """prof.active on or off in each of ``pids``, in one gdb run (failures are left to
-        the dump that follows, which says them)."""
+        """prof.active on or off in each of ``pids``, in one round of calls (failures are
+        left to the dump that follows, which says them)."""
         if not pids:
             return
         with contextlib.suppress(HeapscopeError):
@@ -274,8 +274,8 @@ class Agent:
         return w
 
     def _dump_all(self, batch: dict[str, Target]) -> None:
-        """One dump of each target in one gdb run (its start-up, and the reading of a
-        program's symbols, paid once a round), then each window judged."""
+        """One dump of each target in one round of calls (one tracer's start-up, paid once a
+        round), then each window judged."""
         paths = {t.pid: at.next_dump_path(self.watched[k].session, t.pid)
                  for k, t in batch.items()}
         # With a duty cycle, sampling stops in the same stop as the dump.

@@ -1,6 +1,6 @@
 """Live control of a running process's jemalloc profiler: status, dumps, prof.active, windows.
 
-Each step is one short gdb attach (:mod:`heapscope.capture.gdbctl`) that calls ``mallctl`` in
+Each step is one round of ``mallctl`` calls (:mod:`heapscope.capture.control`) in
 the target; nothing stays attached while heapscope waits. Dumps land in a session folder
 (``heapscope-attach-<pid>-<time>``) laid out like ``heapscope run``'s, so every other command
 opens it: ``manifest.json`` names the process and its jemalloc, ``dumps/`` holds
@@ -34,7 +34,8 @@ _EFAULT = 14
 
 @dataclass(frozen=True)
 class AttachOptions:
-    """How to attach: the bound on each gdb run and the allocator-busy retries."""
+    """How to attach: how long to wait for each call, and the retries while no thread can
+    run it."""
 
     timeout: float = 60.0
     retries: int = 2

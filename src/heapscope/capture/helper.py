@@ -5,7 +5,7 @@ The helper's thread in each process listens on ``$HEAPSCOPE_CTL/<pid>.sock``; he
 the folder in the process's environment (``/proc/PID/environ``), connects, checks that the
 peer really is that process (``SO_PEERCRED``), sends the calls and reads their results. A
 process without the helper (not started by ``heapscope run``, a static program, a helper that
-could not start) raises :class:`NoHelper`, and the caller falls back to gdb.
+could not start) raises :class:`NoHelper`, and the caller reaches it another way.
 """
 
 from __future__ import annotations
