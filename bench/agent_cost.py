@@ -32,7 +32,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its waited-for children (gdb, symbolizers)."""
+    """User + system CPU of a process and its waited-for children (tracers, symbolizers)."""
     with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
@@ -124,11 +124,11 @@ def main() -> int:
     print(f"targets {args.targets}, a round every {args.every:g} s, {args.rounds} rounds, "
           f"{int(dumps)} dumps seen by the last scrape")
     print(f"agent CPU            {cpu:.1f} s in all ({cpu / max(dumps, 1):.2f} s per dump, "
-          "gdb and symbolizer children included)")
+          "tracer and symbolizer children included)")
     print(f"agent peak RSS       {rss / 2**20:.0f} MiB")
     if pause_sum and pause_n and float(pause_n.group(1)):
         mean = 1000 * float(pause_sum.group(1)) / float(pause_n.group(1))
-        print(f"pause per dump       {mean:.0f} ms (mean, target stopped)")
+        print(f"pause per dump       {mean:.2f} ms (mean, one thread of the target held)")
     if sizes:
         print(f"dump on disk         {sum(sizes) / len(sizes) / 1024:.0f} KiB (mean)")
     if sink.bodies:
