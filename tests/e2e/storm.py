@@ -161,9 +161,13 @@ class SignalStorm:
         pid = self.target.pid
         os.kill(pid, signal.SIGSTOP)
         deadline = time.monotonic() + ACK_TIMEOUT
-        while state(pid) != "T" and time.monotonic() < deadline:
-            time.sleep(0.0005)
-        if state(pid) == "T":
+        stopped = False
+        while not stopped and time.monotonic() < deadline:
+            # One read a turn: a process that is stopped shows 't' while a tracer holds it.
+            stopped = state(pid) == "T"
+            if not stopped:
+                time.sleep(0.0005)
+        if stopped:
             self.log.stops += 1
         else:
             self.log.stops_lost += 1

@@ -299,3 +299,55 @@ def test_handler_on_its_own_stack_may_run_the_calls(inside_bin: Path, libjemallo
         r = _cli("attach", str(p.pid), "status", "--format", "json", cache=tmp_path / "c")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["attach"]["caller_tid"] == main_tid
+
+
+_WALK = r"""
+import json, os, sys
+from heapscope.capture import codemap, ptracer as pt, stub, unwind
+from heapscope.symbols.symtab import SymbolTable
+
+pid, tid = int(sys.argv[1]), int(sys.argv[2])
+maps = pt.read_maps(pid)
+cm = codemap.code_map(pid, stub.read_maps(pid))
+proc = pt.Process(pid)
+proc.seize(pid)
+if tid != pid:
+    proc.seize(tid)
+proc.mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+objects = unwind.Objects(unwind.Memory(proc.read), maps)
+pt.ptrace(pt.PTRACE_INTERRUPT, tid)
+assert proc.wait_stop(tid, 10) == "stopped"
+regs = proc.regs(tid)
+start = {d: regs[i] for d, i in pt.DWARF_REGS.items()}
+frames, end, _ = unwind.walk(objects, unwind.Memory(proc.read), start, set(cm.restorers))
+proc.release(tid)
+proc.release(pid)
+exe = os.readlink(f"/proc/{pid}/exe")
+table = SymbolTable.read(exe)
+base = min(m[0] for m in maps if m[3] == exe)
+names = []
+for f in frames:
+    m = next((m for m in maps if m[0] <= f.pc < m[1]), None)
+    if f.signal:
+        names.append("<signal>")
+    elif m and m[3] == exe:
+        names.append(table.lookup(f.pc - base) or "?")
+    else:
+        names.append(os.path.basename(m[3]) if m else "?")
+print(json.dumps({"frames": names, "end": end}))
+"""
+
+
+def test_stack_walk_of_a_real_thread(inside_bin: Path, libjemalloc: Path, gdb: str,
+                                     tmp_path: Path) -> None:
+    """A thread asleep in a signal handler, walked with the call frame information read
+    from the process's memory: every frame of the program is named as the source nests
+    them, the signal frame is crossed, and the walk reaches the outermost frame."""
+    with _inside(inside_bin, libjemalloc, "handler", helper=False) as (p, main_tid):
+        r = subprocess.run([sys.executable, "-c", _WALK, str(p.pid), str(main_tid)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        walked = json.loads(r.stdout)
+    assert walked["end"] == "done", walked
+    ours = [n for n in walked["frames"] if not n.startswith("lib")]
+    assert ours == ["wait_here", "in_handler", "<signal>", "main", "_start"], walked

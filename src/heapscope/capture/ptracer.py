@@ -42,6 +42,8 @@ PTRACE_EVENT_STOP = 128
 WALL = 0x40000000
 NREGS = 27
 RAX, ORIG_RAX, RIP, RSP = 10, 15, 16, 19
+# DWARF register number -> index in user_regs_struct, for the registers frames are found by.
+DWARF_REGS = {3: 5, 6: 4, 7: RSP, 12: 3, 13: 2, 14: 1, 15: 0, 16: RIP}
 STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 FUTEX = 202
 SCAN = 32 * 1024  # bytes of stack above the stack pointer looked at for return addresses
@@ -54,6 +56,18 @@ SCAN = 32 * 1024  # bytes of stack above the stack pointer looked at for return 
 # taken for return addresses, which spares the stale ones an earlier call left behind.
 IDLE_SYSCALLS = frozenset({7, 23, 270, 271, 232, 281, 441, 35, 230, 34, 130, 128, 43, 288,
                            45, 47, 299, 61, 247, 208, 426, 70, 65, 220})
+
+try:  # imported as part of heapscope (tests), or run as a script beside it
+    from heapscope.capture import unwind
+except ImportError:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "heapscope_unwind", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                         "unwind.py"))
+    assert _spec is not None and _spec.loader is not None
+    unwind = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(unwind)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
@@ -195,18 +209,22 @@ class Process:
             raise OSError(errno.EIO, f"wrote {done} of {len(data)} bytes at {addr:#x}")
 
 
-def read_maps(pid: int) -> list[tuple[int, int, str, str]]:
+Maps = list[tuple[int, int, str, str, int]]
+
+
+def read_maps(pid: int) -> Maps:
+    """(start, end, perms, path, file offset) of each mapping."""
     out = []
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
             parts = line.split(None, 5)
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            out.append((lo, hi, parts[1], parts[5].strip() if len(parts) > 5 else ""))
+            out.append((lo, hi, parts[1], parts[5].strip() if len(parts) > 5 else "",
+                        int(parts[2], 16)))
     return out
 
 
-def mapping_of(maps: list[tuple[int, int, str, str]], addr: int
-               ) -> tuple[int, int, str, str] | None:
+def mapping_of(maps: Maps, addr: int) -> tuple[int, int, str, str, int] | None:
     for m in maps:
         if m[0] <= addr < m[1]:
             return m
@@ -258,16 +276,19 @@ class Checker:
                 return what
         return None
 
-    def problem(self, proc: Process, regs: list[int], maps: list[tuple[int, int, str, str]]
-                ) -> str | None:
-        """Why this stopped thread must not run the calls, or None. Its instruction pointer
-        must be outside the unsafe code, and every word of the top of its stack that points
-        into it counts as a return address (a stale one too: the safe side). A thread
-        blocked in an idle system call holds neither the loader's nor the unwinder's lock
-        (nothing there waits in such calls): for it only the allocator counts (whose
-        messages go to callbacks that might)."""
+    def problem(self, proc: Process, regs: list[int], maps: Maps,
+                objects: Any = None) -> str | None:
+        """Why this stopped thread must not run the calls, or None.
+
+        Its instruction pointer must be outside the unsafe code, it must have room below its
+        stack pointer, and none of its frames may be in that code or be a signal handler on
+        an alternate stack: the frames are walked with the call frame information of the
+        code (``objects``, an :class:`unwind.Objects`). Where the walk cannot go on (or
+        without ``objects``), every word of the rest of the top of the stack that points
+        into unsafe code counts as a return address (a stale one too: the safe side), but
+        for a thread blocked in an idle system call only the allocator counts: nothing of
+        the loader or the unwinder waits in such calls, and its stale words are many."""
         pc, sp = regs[RIP], regs[RSP]
-        idle = regs[ORIG_RAX] in IDLE_SYSCALLS
         what = self.where(pc)
         if what is not None:
             return _inside(what)
@@ -276,9 +297,35 @@ class Checker:
             return "its stack pointer is not in writable memory"
         if m[3] != "[stack]" and sp - m[0] < self.stack_needed:
             return "too little stack below its stack pointer"
-        top = min(m[1], sp + SCAN)
+        scan_from = sp
+        if objects is not None:
+            start = {dwarf: regs[i] for dwarf, i in DWARF_REGS.items()}
+            frames, end, scan_from = unwind.walk(objects, unwind.Memory(proc.read), start,
+                                                 self.restorers)
+            for fr in frames:
+                if fr.signal is not None:
+                    interrupted, ss_sp, ss_size = fr.signal
+                    if (ss_size and ss_sp <= sp < ss_sp + ss_size) or \
+                            mapping_of(maps, interrupted) != m:
+                        return "it runs on an alternate signal stack"
+                    continue
+                what = self.where(fr.pc)
+                if what is not None:
+                    return _inside(what)
+            if end == "done":
+                return None
+        return self._scan(proc, regs, maps, m, scan_from)
+
+    def _scan(self, proc: Process, regs: list[int], maps: Maps,
+              m: tuple[int, int, str, str, int], base: int) -> str | None:
+        """The conservative look at the stack from ``base`` (see :meth:`problem`)."""
+        sp = regs[RSP]
+        idle = regs[ORIG_RAX] in IDLE_SYSCALLS
+        top = min(m[1], base + SCAN)
+        if top <= base:
+            return None
         try:
-            raw = proc.read(sp, top - sp)
+            raw = proc.read(base, top - base)
         except OSError:
             return "its stack cannot be read"
         words = struct.unpack(f"<{len(raw) // 8}Q", raw[:len(raw) // 8 * 8])
@@ -299,10 +346,10 @@ class Checker:
                 # skipped.
                 if self._on_alternate_stack(words, i, sp, m, maps):
                     return "it runs on an alternate signal stack"
-                what = self.where(words[i + 22])
+                what = self.where(words[i + 22]) if i + 22 < len(words) else None
                 if what is not None:
                     return _inside(what)
-                skip_to = self._after_frame(raw, words, i, sp)
+                skip_to = self._after_frame(raw, words, i, base)
                 continue
             what = self.where(word)
             if what is not None and (what == "allocator" or not idle):
@@ -325,8 +372,7 @@ class Checker:
 
     @staticmethod
     def _on_alternate_stack(words: tuple[int, ...], i: int, sp: int,
-                            m: tuple[int, int, str, str],
-                            maps: list[tuple[int, int, str, str]]) -> bool:
+                            m: tuple[int, int, str, str, int], maps: Maps) -> bool:
         """A signal frame at word ``i`` (its return address into rt_sigreturn): the handler
         runs on an alternate stack when the thread's stack pointer lies in the one the frame
         records, or the interrupted stack pointer is in another mapping."""
@@ -438,7 +484,10 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
     try:
         proc.mem = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
         for attempt in range(retries + 1):
-            maps = read_maps(pid)  # read before any thread is held
+            # Read before any thread is held: the map, the objects' headers and FDE tables.
+            maps = read_maps(pid)
+            objects = unwind.Objects(unwind.Memory(proc.read), maps)
+            objects.prefetch()
             for tid in threads(pid):
                 tried += 1
                 if tid != pid:
@@ -466,7 +515,7 @@ def one(pid: int, plan: dict[str, Any], stub: dict[str, Any], retries: int,
                     continue
                 try:
                     regs = proc.regs(tid)
-                    problem = checker.problem(proc, regs, maps)
+                    problem = checker.problem(proc, regs, maps, objects)
                     if problem is None:
                         error = point(proc, tid, regs, plan, stub)
                         proc.release(tid)
