@@ -281,3 +281,21 @@ def test_a_day_long_linear_rise_is_a_leak() -> None:
     t = trend.classify(list(c * 4096.0), list(c))
     assert t.verdict == trend.LEAK, t
     assert t.slope_per_dump == pytest.approx(0.5 * 4096, rel=0.15)
+
+
+def test_growth_that_stopped_only_per_dump_is_not_bounded() -> None:
+    """A leak of 100 samples a second whose last dumps came close together (a loaded
+    machine): per dump it seems to level off, in time it does not. Judged with the dumps'
+    times it is growing, never bounded; a cache that really filled stays bounded."""
+    from heapscope.analysis.judge import _judge_rows
+
+    times = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.6, 6.65, 6.7, 7.1]
+    leak = np.asarray([100.0 * t + 50 for t in times])
+    cache = np.asarray([50.0, 150, 250, 300, 300, 301, 300, 299, 300, 300])
+    for row, want in ((leak, "growing"), (cache, "bounded")):
+        counts = np.asarray([row])
+        assert trend.judge_counts(counts).verdict[0] == "bounded"  # per dump, both
+        (site,) = _judge_rows([("k",)], counts * 4096.0, counts, np.asarray([1.0]),
+                              len(times), times, False)
+        assert site.trend is not None and site.trend.verdict == want, site.trend.verdict
+    assert trend.uneven(times) and not trend.uneven([0.0, 1.0, 2.0, 3.1, 4.0, 5.0])

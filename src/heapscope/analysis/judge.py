@@ -142,11 +142,19 @@ def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
     c = counts[:, :judged]
     trends: list[trend.Trend] = []
     step = max(1, BLOCK // judged)
+    spread = trend.uneven(times)
     for lo in range(0, len(keys), step):
         hi = min(len(keys), lo + step)
         j = trend.judge_counts(c[lo:hi])
         yb, cb = y[lo:hi], c[lo:hi]
-        trends.extend(trend.describe(j, i, cb, yb, times) for i in range(hi - lo))
+        for i in range(hi - lo):
+            t = trend.describe(j, i, cb, yb, times)
+            # Growth that stopped per dump but not in time (dumps that came unevenly) is not
+            # bounded: it is growing, and its process is never called clean for it.
+            if spread and t.verdict == trend.BOUNDED and times is not None and \
+                    not trend.stopped_in_time(cb[i], times, int(j.first_growth[i])):
+                t = t.with_verdict(trend.GROWING)
+            trends.append(t)
     trends = _control_family(trends, y)
     for i, k in enumerate(keys):
         out.append(SiteSeries(k, values[i].tolist(), float(objects[i]), trends[i],

@@ -37,6 +37,7 @@ in time linear in the number of dumps.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -70,6 +71,35 @@ VARIOGRAM_MIN = 12  # series at least this long estimate the noise split from ma
 SHORT = 5  # up to this many dumps, growth must also clear the levels' counting noise
 MIN_WINDOW = 6  # the recent window: the last half, but at least this many dumps
 CHURN_SHARE = 0.25  # churn: swings of at least this share of the peak
+
+
+UNEVEN = 1.5  # dumps whose intervals differ by more than this factor are uneven
+
+
+def uneven(times: list[float] | None) -> bool:
+    """True when the dumps came at uneven intervals (a loaded machine, missed rounds): a
+    pace per dump then says little about the pace in time."""
+    if times is None or len(times) < 3:
+        return False
+    steps = [b - a for a, b in itertools.pairwise(times)]
+    return min(steps) <= 0 or max(steps) > UNEVEN * min(steps)
+
+
+def stopped_in_time(c: Matrix, times: list[float], first: int) -> bool:
+    """For one row of counts at uneven ``times``: did growth stop in time, and not only per
+    dump? The last third must have gained significantly fewer samples than the earlier pace
+    per second predicts over its own duration (one-sided 1%, counting noise of the
+    predicted samples): a steady leak whose later dumps came close together gains little
+    per dump there, but no less per second."""
+    n = len(times)
+    t0 = windows(n)[1]
+    start = first if t0 - first >= 3 else 0
+    span_before, span_after = times[t0] - times[start], times[-1] - times[t0]
+    if span_before <= 0 or span_after <= 0:
+        return True  # nothing to compare: the per-dump test stands
+    expected = max(float(c[t0] - c[start]), 0.0) * span_after / span_before
+    observed = float(c[-1] - c[t0])
+    return (expected - observed) / math.sqrt(max(expected, 1.0)) >= Z_SLOWDOWN
 
 
 def windows(n: int) -> tuple[int, int]:
