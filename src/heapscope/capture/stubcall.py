@@ -133,9 +133,7 @@ def _run(params: dict[str, Any], order: list[_Pending], timeout: float) -> None:
         with open(os.path.join(tmp, "stderr"), "w+b") as errf:
             # Its own session: a Ctrl-C or SIGHUP meant for heapscope never reaches it, and it
             # goes on if heapscope dies. -I -S: no site packages, nothing from the environment.
-            proc = subprocess.Popen([sys.executable, "-I", "-S",
-                                     os.environ.get("HEAPSCOPE_DEBUG_PTRACER", PTRACER),
-                                     pfile, outfile],
+            proc = subprocess.Popen([sys.executable, "-I", "-S", PTRACER, pfile, outfile],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=errf, start_new_session=True)
             follow = _Follow(proc, outfile, order, timeout)
