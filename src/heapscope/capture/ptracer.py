@@ -8,7 +8,7 @@ other waits taking its events, and so that a heapscope that dies leaves it to fi
 For each process it takes the main thread with ``PTRACE_SEIZE`` (never stopped, never sent a
 signal: a second heapscope, or a debugger, cannot take it at the same time, so two callers
 never race) and tries the threads in turn (idle ones first): ``PTRACE_SEIZE`` and
-``PTRACE_INTERRUPT`` stop one thread, no other; its registers and the words of its stack are
+``PTRACE_INTERRUPT`` stop one thread, no other; its frames (walked by ``unwind``) are
 checked against the code it must not be in (the allocator, the loader, the unwinder, fork),
 an alternate signal stack and the room the stub needs; the stub, the data block and the
 results header are written through ``/proc/PID/mem``; one ``PTRACE_SETREGS`` changes the
@@ -52,8 +52,8 @@ SCAN = 32 * 1024  # bytes of stack above the stack pointer looked at for return 
 # epoll_pwait2, nanosleep, clock_nanosleep, pause, rt_sigsuspend, rt_sigtimedwait, accept,
 # accept4, recvfrom, recvmsg, recvmmsg, wait4, waitid, io_getevents, io_uring_enter, msgrcv,
 # semop, semtimedop. A thread blocked in one of them is not inside that code (a signal
-# handler it runs in is looked at through its signal frame); words on its stack are not
-# taken for return addresses, which spares the stale ones an earlier call left behind.
+# handler it runs in is looked at through its signal frame): where its stack cannot be
+# walked, only allocator words count, which spares it the stale ones earlier calls left.
 IDLE_SYSCALLS = frozenset({7, 23, 270, 271, 232, 281, 441, 35, 230, 34, 130, 128, 43, 288,
                            45, 47, 299, 61, 247, 208, 426, 70, 65, 220})
 
@@ -443,8 +443,7 @@ def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
     if head[:8] != magic:
         proc.write(res_at, magic)
     proc.write(base, bytes(data))
-    emit(proc.pid, phase="pointing", seq=plan["seq"], tid=tid, rip=pc, rax=regs[RAX],
-         orig_rax=regs[ORIG_RAX])
+    emit(proc.pid, phase="pointing", seq=plan["seq"], tid=tid)
     _pause(plan, "written")
     # The one change that makes the thread run the stub.
     proc.set_pc(tid, code_at + int(stub["entry"]))
