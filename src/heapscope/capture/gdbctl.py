@@ -30,9 +30,11 @@ from heapscope.capture.mallctl import (
     AttachError,
     CallResult,
     Op,
+    killed_by,
     noprof_error,
     proc_state,
     prof_checked,
+    result_of,
     with_prof_checks,
 )
 from heapscope.errors import HeapscopeError, ToolError
@@ -169,7 +171,7 @@ def _run(gdb: str, params: dict[str, Any], pids: list[int], timeout: float
         if doc is not None and "error" in doc:
             results[pid] = _error(pid, doc)
         elif doc is not None:
-            results[pid] = _result(doc, walls.get(pid, 0.0))
+            results[pid] = result_of(doc, doc.get("results", []), walls.get(pid, 0.0), "call")
         elif stuck == pid and calling and left:
             results[pid] = AttachError(
                 f"the call gdb makes in pid {pid} has not returned after {timeout:g} s; gdb "
@@ -246,16 +248,6 @@ def _follow(proc: subprocess.Popen[bytes], outfile: str, docs: dict[int, dict[st
         time.sleep(0.005)
 
 
-def _result(doc: dict[str, Any], wall: float) -> CallResult:
-    results = doc.get("results", [])
-    values = {r["name"]: r["value"] for r in results if not r["write"]}
-    rcs = {r["name"]: r["rc"] for r in results}
-    return CallResult(values, rcs, doc.get("symbol", ""), doc.get("threads", 0),
-                      doc.get("retries", 0), doc.get("busy_threads", 0),
-                      float(doc.get("stopped_s", 0.0)), wall, doc, "call",
-                      doc.get("caller_tid", 0))
-
-
 def _no_result(pid: int, err: str, rc: int | None) -> HeapscopeError:
     if proc_state(pid) in (None, "Z", "X"):
         return AttachError(f"process {pid} exited during the attach")
@@ -263,11 +255,7 @@ def _no_result(pid: int, err: str, rc: int | None) -> HeapscopeError:
         return ToolError("this gdb has no Python support; install a gdb built with "
                          "Python (Debian's gdb package has it)")
     if rc is not None and rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return AttachError(f"gdb was killed by {name} before it finished with pid {pid}")
+        return AttachError(f"gdb was killed by {killed_by(rc)} before it finished with pid {pid}")
     lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
     last = lines[-1] if lines else f"exit status {rc}"
     return ToolError(f"gdb failed on pid {pid}: {last}")

@@ -59,6 +59,27 @@ class CallResult:
     caller_tid: int = 0
 
 
+def result_of(doc: dict[str, Any], results: list[dict[str, Any]], wall: float, mode: str
+              ) -> CallResult:
+    """A CallResult from a tracer's line about a process and the calls' results."""
+    values = {r["name"]: r["value"] for r in results if not r["write"]}
+    rcs = {r["name"]: r["rc"] for r in results}
+    return CallResult(values, rcs, doc.get("symbol", ""), doc.get("threads", 0),
+                      doc.get("retries", 0), doc.get("busy_threads", 0),
+                      float(doc.get("stopped_s", 0.0)), wall, doc, mode,
+                      doc.get("caller_tid", 0))
+
+
+def killed_by(rc: int) -> str:
+    """The name of the signal a child's negative return code stands for."""
+    import signal
+
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
 def proc_state(pid: int) -> str | None:
     """The process state letter from /proc/PID/stat (R, S, T, Z …); None if it is gone."""
     try:

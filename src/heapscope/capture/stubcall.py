@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,10 @@ from heapscope.capture.mallctl import (
     AttachError,
     CallResult,
     Op,
+    killed_by,
     noprof_error,
     proc_state,
+    result_of,
     with_prof_checks,
 )
 from heapscope.errors import HeapscopeError
@@ -224,8 +225,8 @@ class _Follow:
             state = stub.parse_state(raw)
             since = p.pointed or p.began
             if state.done == p.seq:
-                p.result = _result(p.doc or {"pid": p.pid}, stub.decode(p.ops, raw, p.pid),
-                                   now - p.began)
+                p.result = result_of(p.doc or {"pid": p.pid},
+                                     stub.decode(p.ops, raw, p.pid), now - p.began, "stub")
             elif not started and state.started != p.seq and now - since > _ENTRY_GRACE:
                 p.result = AttachError(f"the attach to pid {p.pid} ended before its calls "
                                        "began; nothing was changed in the process")
@@ -270,25 +271,12 @@ def _stuck(p: _Pending, timeout: float) -> str:
             "huge heaps)")
 
 
-def _result(doc: dict[str, Any], results: list[dict[str, Any]], wall: float) -> CallResult:
-    values = {r["name"]: r["value"] for r in results if not r["write"]}
-    rcs = {r["name"]: r["rc"] for r in results}
-    return CallResult(values, rcs, doc.get("symbol", ""), doc.get("threads", 0),
-                      doc.get("retries", 0), doc.get("busy_threads", 0),
-                      float(doc.get("stopped_s", 0.0)), wall, doc, "stub",
-                      doc.get("caller_tid", 0))
-
-
 def _no_result(pid: int, err: str, rc: int | None) -> HeapscopeError:
     if proc_state(pid) in (None, "Z", "X"):
         return AttachError(f"process {pid} exited during the attach")
     if rc is not None and rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return AttachError(f"heapscope's ptrace helper was killed by {name} before it finished "
-                           f"with pid {pid}; its threads were left as they were")
+        return AttachError(f"heapscope's ptrace helper was killed by {killed_by(rc)} before it "
+                           f"finished with pid {pid}; its threads were left as they were")
     last = err.splitlines()[-1] if err else f"exit status {rc}"
     return AttachError(f"the attach to pid {pid} failed: {last}")
 

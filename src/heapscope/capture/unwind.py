@@ -87,7 +87,7 @@ class _Cursor:
         self.addr += size
         return int(value)
 
-    def uleb(self) -> int:
+    def _leb(self, signed: bool) -> int:
         result = shift = 0
         while True:
             b = self.mem.bytes(self.addr, 1)[0]
@@ -95,17 +95,13 @@ class _Cursor:
             result |= (b & 0x7F) << shift
             shift += 7
             if not b & 0x80:
-                return result
+                return result - (1 << shift) if signed and b & 0x40 else result
+
+    def uleb(self) -> int:
+        return self._leb(False)
 
     def sleb(self) -> int:
-        result = shift = 0
-        while True:
-            b = self.mem.bytes(self.addr, 1)[0]
-            self.addr += 1
-            result |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return result - (1 << shift) if b & 0x40 else result
+        return self._leb(True)
 
     def cstring(self) -> bytes:
         out = b""
