@@ -41,7 +41,7 @@ PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_LISTEN = 0x4206, 0x4207, 0x4208
 PTRACE_EVENT_STOP = 128
 WALL = 0x40000000
 NREGS = 27
-RAX, ORIG_RAX, RIP, RSP = 10, 15, 16, 19
+ORIG_RAX, RIP, RSP = 15, 16, 19
 # DWARF register number -> index in user_regs_struct, for the registers frames are found by.
 DWARF_REGS = {3: 5, 6: 4, 7: RSP, 12: 3, 13: 2, 14: 1, 15: 0, 16: RIP}
 STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
@@ -437,7 +437,7 @@ def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
         struct.pack_into("<Q", data, off, struct.unpack_from("<Q", data, off)[0] + base)
     for off in block["functions"]:
         struct.pack_into("<Q", data, off, int(plan["mallctl"]))
-    struct.pack_into("<QQQQ", data, 16, tid, pc, pc - 2, res_at)
+    struct.pack_into("<QQQQ", data, int(stub["block_tid"]), tid, pc, pc - 2, res_at)
     if now != blob:
         proc.write(code_at, blob)  # once: the stub never changes after
     if head[:8] != magic:
@@ -449,7 +449,8 @@ def point(proc: Process, tid: int, regs: list[int], plan: dict[str, Any],
     proc.set_pc(tid, code_at + int(stub["entry"]))
     # Said before the main thread is let go: a second caller, who must take it first, then
     # waits for this call instead of sharing its results area.
-    proc.write(res_at + 40, struct.pack("<QQ", int(plan["seq"]), time.monotonic_ns()))
+    proc.write(res_at + int(stub["results_pointed"]),
+               struct.pack("<QQ", int(plan["seq"]), time.monotonic_ns()))
     _pause(plan, "pointed")
     return None
 

@@ -48,10 +48,12 @@ BLOB = bytes.fromhex(_HEX)
 CODE_MAGIC = b"HSCPSTB2"
 RESULTS_MAGIC = b"HSCPRES2"
 RESTART, ENTRY = 14, 16
-# Data block header: sequence number, pid, tid, resume address, resume address - 2, results.
-BLOCK_RESUME, BLOCK_RESUME2, BLOCK_RESULTS, BLOCK_TID = 24, 32, 40, 16
-# Results header: what the ptracer writes before it points a thread at the stub.
-RESULTS_POINTED, RESULTS_POINTED_AT = 40, 48
+# Data block header: sequence number, pid, then (from BLOCK_TID) tid, resume address,
+# resume address - 2 and the results address, which the ptracer fills in.
+BLOCK_TID = 16
+# Results header: the sequence number and time the ptracer writes at RESULTS_POINTED before
+# it points a thread at the stub.
+RESULTS_POINTED = 40
 RED_ZONE = 128  # the System V ABI's: a leaf function may keep data there
 DATA = 8192  # the data block, below the red zone
 XAREA = 16384

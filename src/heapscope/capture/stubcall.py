@@ -112,7 +112,9 @@ def call_each(pids: list[int], ops: list[Op], *, need_prof: bool, timeout: float
         params = {"plans": plans, "retries": retries, "retry_delay": retry_delay,
                   "timeout": timeout,
                   "stub": {"blob": stub.BLOB.hex(), "results_magic": stub.RESULTS_MAGIC.decode(),
-                           "entry": stub.ENTRY, "red_zone": stub.RED_ZONE, "data": stub.DATA}}
+                           "entry": stub.ENTRY, "red_zone": stub.RED_ZONE, "data": stub.DATA,
+                           "block_tid": stub.BLOCK_TID,
+                           "results_pointed": stub.RESULTS_POINTED}}
         _run(params, pending, timeout)
         for p in pending:
             got = p.result if p.result is not None else AttachError(
