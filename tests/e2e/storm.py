@@ -48,6 +48,28 @@ def state(pid: int) -> str:
         return ""
 
 
+def cpu_ticks(pid: int) -> int:
+    """The CPU time all its threads have used so far, in clock ticks (-1 when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return -1
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
+def runs_on(pid: int, within: float = ACK_TIMEOUT) -> bool:
+    """Whether the process still computes: its CPU time grows within ``within`` seconds.
+    Asked of the whole process, as one of its threads may be the one running a stuck call."""
+    start = cpu_ticks(pid)
+    deadline = time.monotonic() + within
+    while start >= 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        if cpu_ticks(pid) > start:
+            return True
+    return False
+
+
 class StormTarget:
     """The storm program, running under jemalloc with profiling, driven over stdin/stdout."""
 
