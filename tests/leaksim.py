@@ -288,3 +288,212 @@ def write_series(folder: Path, pid: int, sites: dict[int, Series], run: int,
         path.write_text("\n".join(lines) + "\n")
         paths.append(path)
     return paths
+
+
+# --------------------------------------------------------------------------------------
+# Sites of big objects: pools that grow in blocks, big buffers, vectors that double
+
+
+POOL_FIRST = 8 * KIB  # an AllocSet-like pool's first block
+POOL_MAX = 8 * MIB  # and its largest: blocks double up to this size
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """One site whose objects are big or of changing sizes, simulated object by object.
+
+    ``kind`` is one of:
+
+    - ``pool``: ``rate`` bytes a dump of small chunks kept in a pool that mallocs blocks
+      doubling from 8 KiB to 8 MiB as it fills (PostgreSQL's AllocSet, APR and nginx pools):
+      the chunks are never freed; ``cap`` bytes of blocks at most (a pool that stops);
+    - ``blocks``: ``rate`` objects of ``size`` bytes a dump, never freed, arriving as a
+      Poisson count (``regular`` False) or one every 1/rate dumps at a random phase;
+    - ``cache``: up to ``cap`` objects of ``size``, filled over ``fill`` of the series, then
+      ``turnover`` of them freed and replaced a dump (at random times between dumps);
+    - ``churn``: a Poisson count of ``rate`` objects of ``size`` live at each dump, renewed;
+    - ``vector``: one buffer that doubles from 64 KiB as it fills at a steady pace, up to
+      ``cap`` bytes, reached after ``fill`` of the series (the old buffer is freed).
+
+    ``start``/``stop`` bound the fraction of the series over which it grows; ``preload``
+    dumps' worth of growth happened before the first dump.
+    """
+
+    truth: str
+    kind: str
+    rate: float = 0.0
+    size: int = 8 * MIB
+    cap: float = math.inf
+    fill: float = 1 / 3
+    turnover: float = 0.0
+    start: float = 0.0
+    stop: float = 1.0
+    preload: float = 0.0
+    regular: bool = True
+    jitter: float = 0.3  # pool: the bytes per dump vary uniformly by ±jitter
+
+
+@dataclass
+class BlockSeries:
+    """Simulated dumps of one site: sampled objects, their bytes, and jeprof's estimates."""
+
+    counts: np.ndarray  # runs × dumps, sampled live objects
+    raw: np.ndarray  # runs × dumps, bytes of the sampled live objects
+    period: int
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """jeprof's estimate of live bytes (the mean object size decides the scale)."""
+        return self._scaled(self.raw)
+
+    @property
+    def objects(self) -> np.ndarray:
+        """jeprof's estimate of live objects."""
+        return self._scaled(self.counts.astype(float))
+
+    def _scaled(self, a: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(self.counts > 0, self.raw / np.maximum(self.counts, 1), 0.0)
+            p = np.where(mean > 0, -np.expm1(-mean / self.period), 1.0)
+        return np.asarray(a / p, dtype=np.float64)
+
+
+def _pool_blocks(total: float, cap: float) -> list[int]:
+    """The blocks a pool holds once ``total`` bytes of chunks were put in it."""
+    blocks: list[int] = []
+    held = 0
+    size = POOL_FIRST
+    while held < total and held + size <= cap:
+        blocks.append(size)
+        held += size
+        size = min(2 * size, POOL_MAX)
+    return blocks
+
+
+def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
+                    rng: np.random.Generator) -> BlockSeries:
+    """``runs`` independent runs of ``plan`` over ``n`` dumps at sample period ``period``."""
+    counts = np.zeros((runs, n), dtype=np.int64)
+    raw = np.zeros((runs, n), dtype=np.float64)
+    start, stop = plan.start * n, plan.stop * n
+    for r in range(runs):
+        live: list[tuple[int, bool]] = []  # (size, sampled) of each live object
+        grown = plan.preload  # dumps' worth of growth so far (pool: in bytes below)
+        phase = rng.uniform()
+        pooled = plan.preload * plan.rate
+        for t in range(n):
+            growing = start <= t < stop
+            if plan.kind == "pool":
+                if growing:
+                    pooled += plan.rate * (1 + plan.jitter * rng.uniform(-1, 1))
+                want = _pool_blocks(pooled, plan.cap)
+                for size in want[len(live):]:
+                    live.append((size, rng.uniform() < sample_probability(size, period)))
+            elif plan.kind == "blocks":
+                if growing:
+                    if plan.regular:
+                        before = math.floor(grown * plan.rate + phase)
+                        grown += 1
+                        new = math.floor(grown * plan.rate + phase) - before
+                    else:
+                        new = int(rng.poisson(plan.rate))
+                    p = sample_probability(plan.size, period)
+                    live += [(plan.size, bool(rng.uniform() < p)) for _ in range(new)]
+            elif plan.kind == "cache":
+                p = sample_probability(plan.size, period)
+                target = plan.cap * min(1.0, (t + 1) / max(1.0, plan.fill * n))
+                while len(live) < math.floor(target):
+                    live.append((plan.size, bool(rng.uniform() < p)))
+                if len(live) >= plan.cap and plan.turnover:
+                    # evicted objects leave; a random share of their replacements arrived by
+                    # the time of the dump
+                    out = rng.binomial(len(live), plan.turnover)
+                    for _ in range(out):
+                        live.pop(int(rng.integers(len(live))))
+                    back = out if rng.uniform() < 0.5 else int(rng.binomial(out, 0.5))
+                    live += [(plan.size, bool(rng.uniform() < p)) for _ in range(back)]
+            elif plan.kind == "churn":
+                p = sample_probability(plan.size, period)
+                live = [(plan.size, bool(rng.uniform() < p))
+                        for _ in range(int(rng.poisson(plan.rate)))]
+            elif plan.kind == "vector":
+                # linear fill to the cap over `fill` of the series; capacity doubles
+                used = plan.cap * min(1.0, (t + 1) / max(1.0, plan.fill * n))
+                size = 64 * KIB
+                while size < used:
+                    size *= 2
+                if not live or live[0][0] != size:
+                    live = [(size, bool(rng.uniform() < sample_probability(size, period)))]
+            else:
+                raise ValueError(f"unknown kind {plan.kind}")
+            sampled = [s for s, kept in live if kept]
+            counts[r, t] = len(sampled)
+            raw[r, t] = float(sum(sampled))
+    return BlockSeries(counts, raw, period)
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    """One cell of the big-object matrix."""
+
+    name: str
+    plan: BlockPlan
+    n: int
+    period: int = 512 * KIB
+
+    @property
+    def label(self) -> str:
+        """A short unique description."""
+        return f"{self.name} n={self.n} R={self.period // KIB}k"
+
+
+def block_leak_cases() -> list[BlockCase]:
+    """Leaks of big objects: staircases the classifier must call ``leak``."""
+    cases = []
+    for n in (6, 10, 20, 30, 40, 60, 100):
+        # PostgreSQL's TopMemoryContext leak: chunks into AllocSet blocks, 8 MiB steps every
+        # 8, 4 or 2 dumps once the blocks reached their largest size
+        for mib in (1, 2, 4):
+            cases.append(BlockCase(f"pool leak {mib} MiB/dump",
+                                   BlockPlan(LEAK, "pool", rate=mib * MIB, preload=1), n))
+        for every in (2, 5):
+            for regular in (True, False):
+                rhythm = "rhythm" if regular else "poisson"
+                cases.append(BlockCase(f"8 MiB block every {every} dumps ({rhythm})",
+                                       BlockPlan(LEAK, "blocks", rate=1 / every,
+                                                 regular=regular), n))
+        cases.append(BlockCase("1 MiB objects, 2 a dump (poisson)",
+                               BlockPlan(LEAK, "blocks", rate=2, size=MIB, regular=False), n))
+    return cases
+
+
+def block_null_cases() -> list[BlockCase]:
+    """Big-object sites that are not leaks: pools and caches that fill and stop, vectors
+    that double to their final size, big buffers renewed per request, stopped staircases."""
+    cases = []
+    for n in (6, 10, 20, 30, 40, 60, 100):
+        for cap in (3, 5, 8):  # a pool capped after `cap` blocks of its largest sizes
+            cap_bytes = (POOL_MAX - POOL_FIRST) + cap * POOL_MAX  # the doubling, then caps
+            for fill in (2 / n, 1 / 3, 1 / 2):
+                rate = cap_bytes / max(1.0, fill * n)
+                cases.append(BlockCase(f"pool of {cap} x 8 MiB filled over {fill:.2f}",
+                                       BlockPlan(NOT_LEAK, "pool", rate=rate, cap=cap_bytes,
+                                                 jitter=0.3), n))
+        for fill in (2 / n, 1 / 3, 1 / 2):
+            cases.append(BlockCase(f"vector doubling to 64 MiB over {fill:.2f}",
+                                   BlockPlan(NOT_LEAK, "vector", cap=64 * MIB, fill=fill), n))
+        for cap in (4, 16):
+            for turnover in (0.05, 0.3):
+                cases.append(BlockCase(f"cache of {cap} x 8 MiB turnover {turnover:.0%}",
+                                       BlockPlan(NOT_LEAK, "cache", cap=cap, fill=1 / 3,
+                                                 turnover=turnover), n))
+        for level in (1, 4):
+            cases.append(BlockCase(f"8 MiB buffers renewed, {level} live",
+                                   BlockPlan(NOT_LEAK, "churn", rate=level), n))
+        for stop in (1 / 3, 1 / 2):
+            cases.append(BlockCase(f"staircase stopped at {stop:.2f}",
+                                   BlockPlan(NOT_LEAK, "blocks", rate=1 / 2, stop=stop), n))
+            cases.append(BlockCase(f"pool leak 2 MiB/dump stopped at {stop:.2f}",
+                                   BlockPlan(NOT_LEAK, "pool", rate=2 * MIB, stop=stop,
+                                             preload=1), n))
+    return cases

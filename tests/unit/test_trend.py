@@ -162,7 +162,8 @@ def _verdicts(case: ls.Case, seed: int) -> collections.Counter[str]:
     s = ls.simulate(case.plan, case.n, case.period, RUNS, rng, teardown=case.teardown)
     out: collections.Counter[str] = collections.Counter()
     for block in _running(s):
-        out.update(trend.judge_counts(block).verdict)
+        # judged in sample units, with the counting noise that the objects' size implies
+        out.update(trend.judge_counts(block, block * (s.size / s.p), block / s.p).verdict)
     return out
 
 
@@ -286,7 +287,8 @@ def test_a_day_long_linear_rise_is_a_leak() -> None:
 def test_growth_that_stopped_only_per_dump_is_not_bounded() -> None:
     """A leak of 100 samples a second whose last dumps came close together (a loaded
     machine): per dump it seems to level off, in time it does not. Judged with the dumps'
-    times it is growing, never bounded; a cache that really filled stays bounded."""
+    times it is growing, never bounded; a cache that really filled stays bounded. (Per dump
+    the leak is not bounded either: its count never fell and still rose in the last third.)"""
     from heapscope.analysis.judge import _judge_rows
 
     times = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.6, 6.65, 6.7, 7.1]
@@ -294,8 +296,11 @@ def test_growth_that_stopped_only_per_dump_is_not_bounded() -> None:
     cache = np.asarray([50.0, 150, 250, 300, 300, 301, 300, 299, 300, 300])
     for row, want in ((leak, "growing"), (cache, "bounded")):
         counts = np.asarray([row])
-        assert trend.judge_counts(counts).verdict[0] == "bounded"  # per dump, both
-        (site,) = _judge_rows([("k",)], counts * 4096.0, counts, np.asarray([1.0]),
+        assert trend.judge_counts(counts).verdict[0] == want
+        (site,) = _judge_rows([("k",)], counts * 4096.0, counts, counts * 100.0,
                               len(times), times, False)
         assert site.trend is not None and site.trend.verdict == want, site.trend.verdict
     assert trend.uneven(times) and not trend.uneven([0.0, 1.0, 2.0, 3.1, 4.0, 5.0])
+    # The test in time alone: 100 samples a second before, 50 over the last third's 0.5 s.
+    assert not trend.stopped_in_time(leak, times, 0)
+    assert trend.stopped_in_time(cache, times, 0)

@@ -109,7 +109,7 @@ def judge_process(series: ProcessSeries, leaf: dict[SiteKey, tuple[str, str]]
     teardown = n >= 3 and tore_down(series.kinds, totals)
     aside = exit_aside(series.kinds, n) or teardown
     judged = n - 1 if aside or (n >= 3 and repeats(series.kinds, counts)) else n
-    objects = series.objects[:, judged - 1] if keys else np.zeros(0)
+    objects = series.objects if keys else np.zeros((0, n))
     times = _times(series, judged)
     sites = _judge_rows(keys, values, counts, objects, judged, times, aside)
     rollups: list[SiteSeries] = []
@@ -130,22 +130,25 @@ def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
                 objects: np.ndarray, judged: int, times: list[float] | None,
                 teardown: bool, *, rollup: str = "", members: list[int] | None = None
                 ) -> list[SiteSeries]:
-    """Trend verdicts for each row, with the family-wide correction of leak verdicts."""
+    """Trend verdicts for each row, with the family-wide correction of leak verdicts.
+    ``values``, ``counts`` and ``objects`` are the rows' estimated bytes, sampled objects
+    and estimated objects per dump."""
     out: list[SiteSeries] = []
     if judged < 2:
         for i, k in enumerate(keys):
-            out.append(SiteSeries(k, values[i].tolist(), float(objects[i]), None,
+            out.append(SiteSeries(k, values[i].tolist(), float(objects[i, judged - 1]), None,
                                   float(values[i, -1]) if teardown else None, rollup,
                                   members[i] if members else 1))
         return out
     y = values[:, :judged]
     c = counts[:, :judged]
+    o = objects[:, :judged]
     trends: list[trend.Trend] = []
     step = max(1, BLOCK // judged)
     spread = trend.uneven(times)
     for lo in range(0, len(keys), step):
         hi = min(len(keys), lo + step)
-        j = trend.judge_counts(c[lo:hi])
+        j = trend.judge_counts(c[lo:hi], y[lo:hi], o[lo:hi])
         yb, cb = y[lo:hi], c[lo:hi]
         for i in range(hi - lo):
             t = trend.describe(j, i, cb, yb, times)
@@ -157,7 +160,7 @@ def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
             trends.append(t)
     trends = _control_family(trends, y)
     for i, k in enumerate(keys):
-        out.append(SiteSeries(k, values[i].tolist(), float(objects[i]), trends[i],
+        out.append(SiteSeries(k, values[i].tolist(), float(objects[i, judged - 1]), trends[i],
                               float(values[i, -1]) if teardown else None, rollup,
                               members[i] if members else 1))
     return out
@@ -214,7 +217,7 @@ def _rollups(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
             continue
         v = np.stack([values[groups[g]].sum(axis=0) for g in names])
         c = np.stack([counts[groups[g]].sum(axis=0) for g in names])
-        objs = np.asarray([objects[groups[g]].sum() for g in names])
+        objs = np.stack([objects[groups[g]].sum(axis=0) for g in names])
         found = _judge_rows([(g,) for g in names], v, c, objs, judged, times, teardown,
                             rollup=kind, members=[len(groups[g]) for g in names])
         for g, r in zip(names, found, strict=True):

@@ -71,6 +71,8 @@ VARIOGRAM_MIN = 12  # series at least this long estimate the noise split from ma
 SHORT = 5  # up to this many dumps, growth must also clear the levels' counting noise
 MIN_WINDOW = 6  # the recent window: the last half, but at least this many dumps
 CHURN_SHARE = 0.25  # churn: swings of at least this share of the peak
+EXACT = 0.5  # counting noise per sample at most this: the dumps count the objects (s ≳ 0.7 R)
+STEPS = 4  # counted exactly, a leak needs at least this many dumps that brought new objects
 
 
 UNEVEN = 1.5  # dumps whose intervals differ by more than this factor are uneven
@@ -156,13 +158,13 @@ def _crit(df: float, level: float) -> float:
     return _CRIT[key]
 
 
-def _two_dumps(c: Matrix) -> Judged:
+def _two_dumps(c: Matrix, phi: Matrix) -> Judged:
     """Two dumps: growth against the counting noise of both levels, never more than
     ``growing`` (two points cannot tell a leak from a cache that is still filling)."""
     rows = c.shape[0]
     delta = c[:, 1] - c[:, 0]
-    noise = np.sqrt(np.maximum(c[:, 0] + c[:, 1], 1.0))
-    z = delta / noise
+    noise = np.sqrt(np.maximum(phi * (c[:, 0] + c[:, 1]), 0.0))
+    z = _ratio(delta, noise)
     verdict = [GROWING if v >= Z_GROWING and d >= MIN_NEW_SAMPLES else STEADY
                for v, d in zip(z, delta, strict=True)]
     zeros = np.zeros(rows)
@@ -171,45 +173,105 @@ def _two_dumps(c: Matrix) -> Judged:
                   z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros)
 
 
-def judge_counts(c: Matrix) -> Judged:
-    """Judge each row of ``c`` (sampled counts, one column per dump, oldest first)."""
+def units(c: Matrix, y: Matrix | None, objects: Matrix | None) -> tuple[Matrix, Matrix]:
+    """(x, φ): each row's series in its own sample units, and its counting noise.
+
+    ``x`` is the estimated live bytes over the row's mean bytes per sample (so ``x`` is the
+    sampled count itself where every object has the same size), which keeps a site whose
+    objects grow in size (a pool's blocks doubling) on one scale. ``φ`` is the variance of
+    jemalloc's sampling per unit of ``x``: an object of size s is sampled with probability
+    p = 1 - exp(-s/R), so a sampled count of objects renewed between dumps varies by c·(1-p)
+    (Poisson, φ = 1, for objects much smaller than R; nothing, φ = 0, for objects far above
+    it, which every dump counts exactly). Without ``y`` and ``objects``: x = c, φ = 1.
+    """
+    rows = c.shape[0]
+    if y is None or objects is None:
+        return c, np.ones(rows)
+    total_c = c.sum(axis=1)
+    total_y = y.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unit = np.where((total_c > 0) & (total_y > 0), total_y / total_c, 1.0)
+        x = y / unit[:, None]
+        # Objects of one size give back the counts themselves: keep them exact, so that a
+        # flat stretch stays flat to the last bit (a slope of 1e-15 over no noise is not
+        # growth).
+        x = np.where(np.abs(x - c) <= 1e-9 * np.maximum(c, 1.0), c, x)
+        weight = np.where(c > 0, y / np.where(c > 0, c, 1.0), 0.0) / unit[:, None]
+        p = np.where(objects > 0, c / np.where(objects > 0, objects, 1.0), 1.0)
+        total_x = x.sum(axis=1)
+        phi = np.where(total_x > 0,
+                       np.sum(x * weight * np.clip(1.0 - p, 0.0, 1.0), axis=1) / total_x, 1.0)
+    return np.asarray(x, dtype=np.float64), np.asarray(phi, dtype=np.float64)
+
+
+def _ratio(num: Matrix, den: Matrix) -> Matrix:
+    """num / den, where a zero ``den`` (noise that is exactly nothing: objects every dump
+    counts) makes any growth infinitely sure and no growth no evidence."""
+    exact = np.where(num > 0, np.inf, np.where(num < 0, -np.inf, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(den > 0, num / np.where(den > 0, den, 1.0), exact),
+                          dtype=np.float64)
+
+
+def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = None
+                 ) -> Judged:
+    """Judge each row of ``c`` (sampled counts, one column per dump, oldest first).
+
+    With ``y`` (estimated live bytes) and ``objects`` (estimated live objects) of the same
+    shape, each row is judged in its own units with the sampling noise its objects' sizes
+    imply (:func:`units`); without them every sample counts as a Poisson one.
+    """
     rows, n = c.shape
     if n < 2:
         raise ValueError("a trend needs two dumps")
+    x, phi = units(c, y, objects)
     if n == 2:
-        return _two_dumps(c)
-    sums = Sums(c)
+        return _two_dumps(x, phi)
+    sums = Sums(x)
     w0, t0 = windows(n)
-    first = hinge(c)
-    # A count that never fell had nothing freed between dumps: every step is new samples.
+    first = hinge(x)
+    # A count that never fell had nothing (sampled) freed between dumps: every step is new
+    # objects. Where the dumps count every object (φ small), that is exact.
     never_fell = np.all(np.diff(c, axis=1) >= 0, axis=1)
-    d = _drift(c, sums, w0, first, never_fell)
-    slow = _slowdown(sums, n, t0, first, never_fell)
-    rise, rise_z = _rise(c, t0)
-    stopped = _stopped(c, t0, rise)
-    t_z, t_crit = _tail_drift(sums, n, t0)
+    exact = phi <= EXACT
+    d = _drift(x, sums, w0, first, never_fell, phi, exact)
+    slow = _slowdown(sums, n, t0, first, never_fell, phi)
+    rise, rise_z = _rise(x, t0, phi)
+    stopped = _stopped(x, t0, rise, phi)
+    t_z, t_crit = _tail_drift(sums, n, t0, phi)
     crit = _critical(d.df, ALPHA_LEAK)
     crit_growing = _critical(d.df, normal_sf(Z_GROWING))
     r = np.arange(rows)
-    grown = c[:, -1] - c[r, d.win]
+    grown = x[:, -1] - x[r, d.win]
     # Growth of a sample or two is a count too small to rest a rate on.
     gained = grown >= MIN_NEW_SAMPLES
     # A short series grows when its growth clears the levels' counting noise, as two do.
-    level_z = grown / np.sqrt(np.maximum(c[:, -1] + c[r, d.win], 1.0))
-    peak = c.max(axis=1)
-    swing = peak - c.min(axis=1)
+    level_z = _ratio(grown, np.sqrt(np.maximum(phi * (x[:, -1] + x[r, d.win]), 0.0)))
+    steps = _steps(c, d.win)
+    # Counted exactly, growth is whole objects arriving: a leak needs them arriving in a
+    # rhythm (STEPS of them) and still arriving in the last third; a filling pool stops.
+    rose_late = c[:, -1] - c[:, t0] >= np.where(exact, 1.0, MIN_NEW_SAMPLES)
+    rhythm = ~exact | ((steps >= STEPS) & rose_late)
+    peak = x.max(axis=1)
+    swing = peak - x.min(axis=1)
     verdict = []
     for i in range(rows):
         slowed = bool(slow[i] >= Z_SLOWDOWN)
         risen = bool(rise_z[i] >= Z_RISE)
-        if d.z[i] >= crit[i] and gained[i] and (not slowed or t_z[i] >= t_crit):
+        # A record that never fell and still rose in its last third did not stop growing.
+        flat_end = not (never_fell[i] and rose_late[i])
+        if d.z[i] >= crit[i] and gained[i] and rhythm[i] and \
+                (not slowed or t_z[i] >= t_crit):
             verdict.append(LEAK)
-        elif risen and n >= 4 and (slowed or stopped[i] >= Z_SLOWDOWN):
+        elif risen and n >= 4 and flat_end and (slowed or stopped[i] >= Z_SLOWDOWN):
             verdict.append(BOUNDED)
         elif ((risen or d.z[i] >= crit_growing[i] or (n <= SHORT and level_z[i] >= Z_GROWING))
               and d.slope[i] > 0 and gained[i]):
             verdict.append(GROWING)
-        elif swing[i] >= max(CHURN_SHARE * peak[i], 3.0 * math.sqrt(peak[i]), 1.0):
+        elif never_fell[i] and gained[i] and x[i, -1] > x[i, 0]:
+            verdict.append(GROWING)  # it only ever rose: not churn, not sure enough to judge
+        elif not never_fell[i] and \
+                swing[i] >= max(CHURN_SHARE * peak[i], 3.0 * math.sqrt(phi[i] * peak[i]), 1.0):
             verdict.append(CHURN)
         else:
             verdict.append(STEADY)
@@ -230,8 +292,16 @@ class _Drift:
     s_t2: Matrix
 
 
-def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray[np.bool_]
-           ) -> _Drift:
+def _steps(c: Matrix, win: Index) -> Matrix:
+    """How many dumps in each row's window brought a rise of its count."""
+    n = c.shape[1]
+    rose = np.diff(c, axis=1) > 0
+    after = np.arange(1, n)[None, :] > win[:, None]
+    return np.asarray(np.sum(rose & after, axis=1), dtype=np.float64)
+
+
+def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray[np.bool_],
+           phi: Matrix, exact: npt.NDArray[np.bool_]) -> _Drift:
     """Positive drift over the recent window, with the noise of the persistent/transient
     model (see the module's docstring)."""
     rows, n = c.shape
@@ -248,30 +318,36 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
     s_p2, s_t2, split = split_noise(n - 1, var, cov)
     if split.any() and n >= VARIOGRAM_MIN:
         s_p2[split], s_t2[split] = variogram(c[split])
-    s_p2 = np.maximum(s_p2, pace)
+    # Counted exactly, a record that never fell is the arrivals themselves: whether they
+    # wander (a Poisson stream) or keep a rhythm (a steady request rate filling blocks) shows
+    # in the gains over long lags, which no sampling noise blurs.
+    for i in np.flatnonzero(exact & never_fell & (n - win >= VARIOGRAM_MIN)):
+        vp, vt = variogram(c[i:i + 1, int(win[i]):])
+        s_p2[i], s_t2[i], split[i] = vp[0], vt[0], True
+    # The sampling noise of new samples is a floor: φ per unit (Poisson for small objects).
+    s_p2 = np.maximum(s_p2, pace * phi)
     se = np.sqrt(slope_variance(full - win, s_p2, s_t2))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(se > 0, slope / se, 0.0)
+    z = _ratio(slope, se)
     # Steps that vary no more than a Poisson count (or, where the count never fell, no more
     # than chance lets a Poisson count's sample variance stray, 5%) make the variance known:
     # normal reference. Otherwise it was estimated from n-1 steps: Student t, one degree
     # fewer when it was split in two.
     allowance = dispersion_allowance(n - 2, Z_GROWING)
-    poisson = ~split & ((var <= pace) | (never_fell & (var <= pace * allowance)))
+    poisson = ~split & ~exact & ((var <= pace) | (never_fell & (var <= pace * allowance)))
     if n <= SHORT:
         # A handful of steps says little about how far a population of this size could
         # wander: the growth must also stand out from the counting noise of the levels
         # themselves (a stationary site's count at two dumps differs by about
         # sqrt(c0 + c1)), or the Poisson shortcut is not taken.
         ends = c[np.arange(rows), win]
-        level = np.sqrt(np.maximum(c[:, -1] + ends, 1.0))
+        level = np.sqrt(np.maximum(phi * (c[:, -1] + ends), 1.0))
         poisson &= c[:, -1] - ends >= normal_isf_leak() * level
     df = np.where(poisson, np.inf, np.maximum(np.where(split, n - 3.0, n - 2.0), 1.0))
     return _Drift(win, slope, se, z, df, s_p2, s_t2)
 
 
 def _slowdown(sums: Sums, n: int, t0: int, first: Index,
-              never_fell: npt.NDArray[np.bool_]) -> Matrix:
+              never_fell: npt.NDArray[np.bool_], phi: Matrix) -> Matrix:
     """z of "the slope over the last third is below the slope from where growth began";
     NaN where the series is too short to have both."""
     rows = first.shape[0]
@@ -288,7 +364,7 @@ def _slowdown(sums: Sums, n: int, t0: int, first: Index,
     # of samples at its pace; the steps' own noise, measured within each stretch (pooled,
     # from stretches of three steps or more) so that the slowdown itself does not count as
     # noise, may say more (a program whose pace varies, dumps taken at uneven times).
-    pace = np.maximum(g_mean, 0.0)
+    pace = np.maximum(g_mean, 0.0) * phi
     _m1, v1, _c1 = sums.moments(start, last)
     _m2, v2, _c2 = sums.moments(last, full)
     k1 = (last - start - 1).astype(np.float64)  # steps within each stretch
@@ -300,12 +376,10 @@ def _slowdown(sums: Sums, n: int, t0: int, first: Index,
     g_p2 = np.where(never_fell, np.maximum(pooled, pace), np.maximum(g_p2, pace))
     g_t2 = np.where(never_fell, 0.0, g_t2)
     v = slope_variance(t0 - start, g_p2, g_t2) + slope_variance(n - t0, g_p2, g_t2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(np.where(v > 0, (b_before - b_last) / np.sqrt(v), 0.0),
-                          dtype=np.float64)
+    return _ratio(b_before - b_last, np.sqrt(v))
 
 
-def _rise(c: Matrix, t0: int) -> tuple[Matrix, Matrix]:
+def _rise(c: Matrix, t0: int, phi: Matrix) -> tuple[Matrix, Matrix]:
     """(rise, z): the last third's mean level against the first dump's, each uncertain by
     the last third's spread and at least by its counting noise (c samples, by sqrt(c))."""
     n = c.shape[1]
@@ -315,14 +389,12 @@ def _rise(c: Matrix, t0: int) -> tuple[Matrix, Matrix]:
     tail_mean = tail.mean(axis=1)
     tail_var = tail.var(axis=1, ddof=1) if n - tl > 1 else np.zeros(c.shape[0])
     # One dump says nothing of its own spread: assume the last third's.
-    v = np.maximum(tail_var, head) + np.maximum(tail_var, tail_mean) / (n - tl)
+    v = np.maximum(tail_var, phi * head) + np.maximum(tail_var, phi * tail_mean) / (n - tl)
     rise = tail_mean - head
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(v > 0, rise / np.sqrt(v), 0.0)
-    return rise, np.asarray(z, dtype=np.float64)
+    return rise, _ratio(rise, np.sqrt(v))
 
 
-def _tail_drift(sums: Sums, n: int, t0: int) -> tuple[Matrix, float]:
+def _tail_drift(sums: Sums, n: int, t0: int, phi: Matrix) -> tuple[Matrix, float]:
     """(z, critical value) of positive drift within the last third alone, with that
     stretch's own noise (one-sided 5%): a leak that slowed down is still a leak while it
     keeps growing there."""
@@ -332,14 +404,12 @@ def _tail_drift(sums: Sums, n: int, t0: int) -> tuple[Matrix, float]:
     slope = sums.slope(tail, full)
     mean, var, cov = sums.moments(tail, full)
     s_p2, s_t2, _ = split_noise(n - t0 - 1, var, cov)
-    se = np.sqrt(slope_variance(n - t0, np.maximum(s_p2, np.maximum(mean, 0.0)), s_t2))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(se > 0, slope / se, 0.0)
-    return np.asarray(z, dtype=np.float64), _crit(float(max(n - t0 - 2, 1)),
+    se = np.sqrt(slope_variance(n - t0, np.maximum(s_p2, np.maximum(mean, 0.0) * phi), s_t2))
+    return _ratio(slope, se), _crit(float(max(n - t0 - 2, 1)),
                                                   normal_sf(Z_GROWING))
 
 
-def _stopped(c: Matrix, t0: int, rise: Matrix) -> Matrix:
+def _stopped(c: Matrix, t0: int, rise: Matrix, phi: Matrix) -> Matrix:
     """z of "the last third lies below where continued growth would have put it".
 
     Compares the mean level of the last third with the third before it (each uncertain by
@@ -352,14 +422,12 @@ def _stopped(c: Matrix, t0: int, rise: Matrix) -> Matrix:
         return np.full(rows, np.nan)
     tail, mid = c[:, t0:], c[:, t0 - t:t0]
     tail_mean, mid_mean = tail.mean(axis=1), mid.mean(axis=1)
-    se = np.sqrt(np.maximum(tail.var(axis=1, ddof=1), tail_mean) / t
-                 + np.maximum(mid.var(axis=1, ddof=1), mid_mean) / t)
+    se = np.sqrt(np.maximum(tail.var(axis=1, ddof=1), phi * tail_mean) / t
+                 + np.maximum(mid.var(axis=1, ddof=1), phi * mid_mean) / t)
     # Distance from the first dump to the last third's centre, against the thirds' distance.
     span = n - (t + 1) / 2.0
     expected = rise * t / span
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(np.where(se > 0, (expected - (tail_mean - mid_mean)) / se, 0.0),
-                          dtype=np.float64)
+    return _ratio(expected - (tail_mean - mid_mean), se)
 
 
 def more_dumps(j: Judged, i: int, limit: int = 1000) -> int | None:
