@@ -187,9 +187,12 @@ def leak_cases() -> list[Case]:
                 for period in PERIODS:
                     size = _size_for(i)
                     i += 1
-                    cases.append(Case(f"leak {rate}/dump + churn {mult}x",
-                                      Plan(LEAK, leak=rate, transient=mult * rate, spread=0.5,
-                                           size=size), n, period))
+                    # the churn's level varies by ±50% from dump to dump, or only by its
+                    # own sampling (a steady request rate)
+                    for spread, how in ((0.5, "±50%"), (0.0, "steady")):
+                        cases.append(Case(f"leak {rate}/dump + {how} churn {mult}x",
+                                          Plan(LEAK, leak=rate, transient=mult * rate,
+                                               spread=spread, size=size), n, period))
     for rate in (2, 4):
         for n in (10, 30, 100):
             for period in PERIODS:

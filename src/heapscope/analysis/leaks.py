@@ -144,6 +144,7 @@ class ProcessFinding:
     live_bytes: float = 0.0  # at the last judged dump
     leak_bytes: float = 0.0  # growth of the sites called leak
     growing_bytes: float = 0.0  # growth of the sites still undecided
+    bounded_bytes: float = 0.0  # growth of bounded sites that grew by more than they began with
     judged: int = 0  # dumps the verdicts rest on
     exit_bytes: float | None = None  # in the exit dump, when it was set aside
     teardown: bool = False  # the exit dump came after a clean shutdown
@@ -171,6 +172,8 @@ class ProcessFinding:
             return "undecided"  # fail closed: growth nobody could explain is not "clean"
         if self.blind:
             return "undecided"  # too many rounds lost to rule a leak out
+        if self.bounded_bytes > 0:
+            return "grew, bounded"  # it stopped, but a user should see what it took
         return "clean"
 
     @property
@@ -197,7 +200,8 @@ class ProcessFinding:
         return {"pid": self.pid, "ppid": self.ppid, "exe": self.exe, "cmdline": self.cmdline,
                 "role": self.role, "dumps": self.dumps, "judged_dumps": self.judged,
                 "live_bytes": self.live_bytes, "leak_bytes": self.leak_bytes,
-                "growing_bytes": self.growing_bytes, "exit_bytes": self.exit_bytes,
+                "growing_bytes": self.growing_bytes, "bounded_bytes": self.bounded_bytes,
+                "exit_bytes": self.exit_bytes,
                 "teardown": self.teardown,
                 "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
                 "verdict": self.verdict, "unreadable": self.unreadable,
@@ -329,7 +333,20 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
         findings.append(_rollup_finding(series, r, rules, leaf))
     proc.leak_bytes = sum(f.growth for f in findings if f.verdict == LEAK)
     proc.growing_bytes = sum(f.growth for f in findings if f.verdict == GROWING)
+    proc.bounded_bytes = sum(f.growth for f in findings if grew_bounded(f))
     return _select(findings, judged, single), final_bytes, proc
+
+
+BOUNDED_NOTICE = 1 << 20  # bounded growth below this is never worth a word on the process line
+
+
+def grew_bounded(f: Finding) -> bool:
+    """A ``bounded`` site whose growth is worth a word: at least BOUNDED_NOTICE, and more than
+    it held at the first dump (a cache that at least doubled) or more than 16 of them."""
+    if f.verdict != trend.BOUNDED or not f.series:
+        return False
+    g = f.growth
+    return g >= BOUNDED_NOTICE and (g > f.series[0] or g >= 16 * BOUNDED_NOTICE)
 
 
 def _rollup_finding(series: ProcessSeries, r: SiteSeries, rules: list[Suppression],

@@ -72,6 +72,12 @@ SHORT = 5  # up to this many dumps, growth must also clear the levels' counting 
 MIN_WINDOW = 6  # the recent window: the last half, but at least this many dumps
 CHURN_SHARE = 0.25  # churn: swings of at least this share of the peak
 EXACT = 0.5  # counting noise per sample at most this: the dumps count the objects (s ≳ 0.7 R)
+F_LEVEL = 2.0  # ... and when "rose, then flat" fits it no better than this F against the line
+ALPHA_WHITE = 0.01  # one-sided level of the slope test against white scatter
+Z_WHITE_RECENT = 1.0  # ... and the recent window's own drift is at least this
+WHITE_MIN = 8  # the line through every dump: series from this long (shorter: the window is all)
+WHITE_MAX = 60  # series up to this long (longer ones have power enough in the recent window)
+R1_WHITE = 0.5  # scatter is white when its lag-1 autocorrelation is below -1/n + this/sqrt(n)
 STEPS = 4  # counted exactly, a leak needs at least this many dumps that brought new objects
 
 
@@ -128,11 +134,17 @@ class Judged:
     first_growth: Index
     s_p2: Matrix
     s_t2: Matrix
+    se_interval: Matrix  # standard error behind the printed interval of the slope
 
     def p_value(self, i: int) -> float:
         """One-sided p-value of row ``i``'s drift test."""
         z = float(self.z[i])
         return 0.5 if z == 0.0 else t_sf(z, float(self.df[i]))
+
+
+def _two_sided(df: float) -> float:
+    """Student t's 97.5% point: a 95% interval's half-width in standard errors."""
+    return _crit(min(df, 1000.0), 0.025)
 
 
 def normal_isf_leak() -> float:
@@ -170,11 +182,13 @@ def _two_dumps(c: Matrix, phi: Matrix) -> Judged:
     zeros = np.zeros(rows)
     return Judged(verdict, 2, z, np.full(rows, np.inf), delta, noise,
                   np.zeros(rows, dtype=np.int64), np.full(rows, np.nan),
-                  z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros)
+                  z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros, noise.copy())
 
 
-def units(c: Matrix, y: Matrix | None, objects: Matrix | None) -> tuple[Matrix, Matrix]:
-    """(x, φ): each row's series in its own sample units, and its counting noise.
+def units(c: Matrix, y: Matrix | None, objects: Matrix | None
+          ) -> tuple[Matrix, Matrix, Matrix]:
+    """(x, φ, a): each row's series in its own sample units, its counting noise, and how
+    many units one of its objects is (its mean object size over its bytes per sample).
 
     ``x`` is the estimated live bytes over the row's mean bytes per sample (so ``x`` is the
     sampled count itself where every object has the same size), which keeps a site whose
@@ -182,11 +196,11 @@ def units(c: Matrix, y: Matrix | None, objects: Matrix | None) -> tuple[Matrix, 
     jemalloc's sampling per unit of ``x``: an object of size s is sampled with probability
     p = 1 - exp(-s/R), so a sampled count of objects renewed between dumps varies by c·(1-p)
     (Poisson, φ = 1, for objects much smaller than R; nothing, φ = 0, for objects far above
-    it, which every dump counts exactly). Without ``y`` and ``objects``: x = c, φ = 1.
+    it, which every dump counts exactly). Without ``y`` and ``objects``: x = c, φ = 1, a = 1.
     """
     rows = c.shape[0]
     if y is None or objects is None:
-        return c, np.ones(rows)
+        return c, np.ones(rows), np.ones(rows)
     total_c = c.sum(axis=1)
     total_y = y.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -201,7 +215,11 @@ def units(c: Matrix, y: Matrix | None, objects: Matrix | None) -> tuple[Matrix, 
         total_x = x.sum(axis=1)
         phi = np.where(total_x > 0,
                        np.sum(x * weight * np.clip(1.0 - p, 0.0, 1.0), axis=1) / total_x, 1.0)
-    return np.asarray(x, dtype=np.float64), np.asarray(phi, dtype=np.float64)
+        total_o = objects.sum(axis=1)
+        per_object = np.where(total_o > 0, total_y / np.where(total_o > 0, total_o, 1.0)
+                              / unit, 1.0)
+    return (np.asarray(x, dtype=np.float64), np.asarray(phi, dtype=np.float64),
+            np.asarray(per_object, dtype=np.float64))
 
 
 def _ratio(num: Matrix, den: Matrix) -> Matrix:
@@ -224,7 +242,7 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     rows, n = c.shape
     if n < 2:
         raise ValueError("a trend needs two dumps")
-    x, phi = units(c, y, objects)
+    x, phi, per_object = units(c, y, objects)
     if n == 2:
         return _two_dumps(x, phi)
     sums = Sums(x)
@@ -247,11 +265,28 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     gained = grown >= MIN_NEW_SAMPLES
     # A short series grows when its growth clears the levels' counting noise, as two do.
     level_z = _ratio(grown, np.sqrt(np.maximum(phi * (x[:, -1] + x[r, d.win]), 0.0)))
-    steps = _steps(c, d.win)
+    steps = _steps(c, d.win)  # dumps that brought new objects
     # Counted exactly, growth is whole objects arriving: a leak needs them arriving in a
     # rhythm (STEPS of them) and still arriving in the last third; a filling pool stops.
     rose_late = c[:, -1] - c[:, t0] >= np.where(exact, 1.0, MIN_NEW_SAMPLES)
     rhythm = ~exact | ((steps >= STEPS) & rose_late)
+    # Churn beside a leak: where the whole series scatters around its line like fresh
+    # samples (no wander left in its residuals), the line's slope over every dump is tested
+    # against that scatter, far more surely than the increments can say.
+    white = _white_drift(x, phi)
+    use_white = (WHITE_MIN <= n <= WHITE_MAX) & (white.z >= _critical(white.df, ALPHA_WHITE)) & \
+        (white.r1 <= R1_WHITE / math.sqrt(n) - 1.0 / n) & (white.levelled < F_LEVEL) & \
+        ~(d.z >= crit) & (d.z >= Z_WHITE_RECENT) & \
+        (x[:, -1] - x[:, 0] >= MIN_NEW_SAMPLES)
+    if use_white.any():
+        for a, b in ((d.z, white.z), (d.df, white.df), (d.slope, white.slope),
+                     (d.se, white.se)):
+            a[use_white] = b[use_white]
+        d.win[use_white] = 0
+        crit = _critical(d.df, ALPHA_LEAK)
+        crit_growing = _critical(d.df, normal_sf(Z_GROWING))
+        gained = gained | use_white
+    se_int = _interval_se(x, d, exact & never_fell, use_white, phi, per_object)
     peak = x.max(axis=1)
     swing = peak - x.min(axis=1)
     verdict = []
@@ -276,7 +311,68 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
         else:
             verdict.append(STEADY)
     return Judged(verdict, n, d.z, d.df, d.slope, d.se, d.win, slow, rise_z, rise, first,
-                  d.s_p2, d.s_t2)
+                  d.s_p2, d.s_t2, se_int)
+
+
+@dataclass
+class _White:
+    """The least-squares line through every dump of each row, its slope tested against
+    the scatter of the points around it (white noise), and that scatter's lag-1
+    autocorrelation (near -1/n when the points scatter independently)."""
+
+    slope: Matrix
+    se: Matrix
+    z: Matrix
+    df: Matrix
+    r1: Matrix
+    levelled: Matrix  # F of "rose, then flat" against the line (a cache that filled)
+
+
+def _interval_se(x: Matrix, d: _Drift, arrivals: npt.NDArray[np.bool_],
+                 white: npt.NDArray[np.bool_], phi: Matrix, per_object: Matrix) -> Matrix:
+    """The standard error of each row's slope as an estimate of the pace (not as a test).
+
+    A test against "no drift" may rest on a rhythm or on white scatter; the pace itself is
+    uncertain by the leak's own arrivals as well: new objects arriving as a Poisson count
+    (``per_object`` units each, where the dumps count objects exactly), or new samples
+    (where the slope was tested against white scatter), over the slope's window.
+    """
+    n = x.shape[1]
+    m = n - d.win
+    pace = np.maximum(d.slope, 0.0)
+    walk = np.where(arrivals, pace * per_object, 0.0)
+    walk = np.where(white, pace * phi, walk)
+    return np.asarray(np.sqrt(d.se * d.se + np.where(arrivals | white, 1.0, 0.0)
+                              * slope_variance(m, walk, 0.0)), dtype=np.float64)
+
+
+def _white_drift(x: Matrix, phi: Matrix) -> _White:
+    """The slope of every row over all its dumps against white scatter (:class:`_White`);
+    the scatter is at least the counting noise of the mean level (φ per unit)."""
+    rows, n = x.shape
+    t = np.arange(n, dtype=np.float64) - (n - 1) / 2.0
+    sxx = float(np.sum(t * t))
+    mean = x.mean(axis=1)
+    slope = (x - mean[:, None]) @ t / sxx
+    e = x - mean[:, None] - slope[:, None] * t[None, :]
+    sse = np.sum(e * e, axis=1)
+    s2 = np.maximum(sse / max(n - 2, 1), phi * np.maximum(mean, 0.0))
+    se = np.sqrt(s2 / sxx)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r1 = np.where(sse > 0, np.sum(e[:, 1:] * e[:, :-1], axis=1) / sse, 1.0)
+    # The best "rose until dump k, flat after" (x = a + b·min(t, k), the flat part at least
+    # three dumps): a cache that filled fits it far better than a line.
+    best = sse.copy()
+    xc = x - mean[:, None]
+    for k in range(1, n - 3):
+        u = np.minimum(np.arange(n, dtype=np.float64), float(k))
+        u -= u.mean()
+        fit = xc @ u
+        best = np.minimum(best, np.sum(xc * xc, axis=1) - fit * fit / float(u @ u))
+    best = np.maximum(best, 0.0)
+    levelled = _ratio(sse - best, best / max(n - 3, 1))
+    return _White(slope, se, _ratio(slope, se), np.full(rows, float(max(n - 2, 1))),
+                  np.asarray(r1, dtype=np.float64), levelled)
 
 
 @dataclass
@@ -506,7 +602,8 @@ def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
     w = float(np.sum(y)) / total_c if total_c > 0 else 0.0  # bytes per sample
     n = j.n
     slope = float(j.slope[i]) * w
-    half = 1.96 * float(j.se[i]) * w
+    df = float(j.df[i])
+    half = (1.96 if math.isinf(df) else _two_sided(df)) * float(j.se_interval[i]) * w
     per_s = None
     start = int(j.window_start[i])
     if times is not None and len(times) == n:

@@ -40,7 +40,8 @@ _STYLE = {LEAK: "bold red", GROWING: "magenta", trend.BOUNDED: "yellow", trend.C
           LIVE: "bold", trend.STEADY: "dim", EXPECTED: "dim", INHERITED: "dim",
           SUPPRESSED: "dim"}
 _PROCESS = {"leaks": "[bold red]LEAKS[/]", "undecided": "[magenta]undecided[/]",
-            "clean": "clean", "unjudged": "one dump", "no dumps": "no dumps",
+            "clean": "clean", "grew, bounded": "[yellow]grew, bounded[/]",
+            "unjudged": "one dump", "no dumps": "no dumps",
             "unreadable": "[bold red]UNREADABLE[/]"}
 
 
@@ -119,6 +120,8 @@ def _process_line(p: ProcessFinding, window: bool = False) -> str:
         extra += f"  leak {human_bytes(p.leak_bytes)}"
     if p.growing_bytes and p.verdict != "leaks":
         extra += f"  growing {human_bytes(p.growing_bytes)}"
+    if p.bounded_bytes and p.verdict == "grew, bounded":
+        extra += f"  bounded growth {human_bytes(p.bounded_bytes)}"
     if p.exit_bytes is not None:
         extra += f"  at exit {human_bytes(p.exit_bytes)}"
     line = (f"  {p.pid!s:>8}  {p.role:<7}  {mark:<9}  {dumps:<15}  "

@@ -9,3 +9,6 @@ LANGUAGE C STRICT VOLATILE;
 CREATE FUNCTION leak_blocks(n integer, size integer) RETURNS void
 AS 'MODULE_PATHNAME', 'leak_blocks'
 LANGUAGE C STRICT VOLATILE;
+CREATE FUNCTION pool_fill(n integer, size integer, cap integer) RETURNS void
+AS 'MODULE_PATHNAME', 'pool_fill'
+LANGUAGE C STRICT VOLATILE;
