@@ -135,6 +135,10 @@ class Judged:
     s_p2: Matrix
     s_t2: Matrix
     se_interval: Matrix  # standard error behind the printed interval of the slope
+    steps: Matrix  # dumps in the window that brought new objects
+    exact: npt.NDArray[np.bool_]  # objects every dump counts (sampling noise φ ≤ EXACT)
+    whole: npt.NDArray[np.bool_]  # drift tested as the line through every dump (white scatter)
+    phi: Matrix  # counting noise per unit: 1 - the share of the objects that are sampled
 
     def p_value(self, i: int) -> float:
         """One-sided p-value of row ``i``'s drift test."""
@@ -182,7 +186,9 @@ def _two_dumps(c: Matrix, phi: Matrix) -> Judged:
     zeros = np.zeros(rows)
     return Judged(verdict, 2, z, np.full(rows, np.inf), delta, noise,
                   np.zeros(rows, dtype=np.int64), np.full(rows, np.nan),
-                  z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros, noise.copy())
+                  z, delta, np.zeros(rows, dtype=np.int64), zeros, zeros, noise.copy(),
+                  np.where(delta > 0, 1.0, 0.0), phi <= EXACT, np.zeros(rows, dtype=np.bool_),
+                  phi)
 
 
 def units(c: Matrix, y: Matrix | None, objects: Matrix | None
@@ -266,15 +272,19 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     # A short series grows when its growth clears the levels' counting noise, as two do.
     level_z = _ratio(grown, np.sqrt(np.maximum(phi * (x[:, -1] + x[r, d.win]), 0.0)))
     steps = _steps(c, d.win)  # dumps that brought new objects
-    # Counted exactly, growth is whole objects arriving: a leak needs them arriving in a
-    # rhythm (STEPS of them) and still arriving in the last third; a filling pool stops.
+    # Counted exactly and never freed, growth is whole objects arriving: a leak needs them
+    # arriving in a rhythm (STEPS of them) and still in the last third; a filling pool stops.
     rose_late = c[:, -1] - c[:, t0] >= np.where(exact, 1.0, MIN_NEW_SAMPLES)
-    rhythm = ~exact | ((steps >= STEPS) & rose_late)
+    rhythm = ~(exact & never_fell) | ((steps >= STEPS) & rose_late)
     # Churn beside a leak: where the whole series scatters around its line like fresh
     # samples (no wander left in its residuals), the line's slope over every dump is tested
     # against that scatter, far more surely than the increments can say.
     white = _white_drift(x, phi)
-    use_white = (WHITE_MIN <= n <= WHITE_MAX) & (white.z >= _critical(white.df, ALPHA_WHITE)) & \
+    # Only where the dumps sample (objects well below R): sampling is what makes a renewed
+    # population's count scatter independently from dump to dump; counted exactly, the
+    # scatter is the program's own and may well wander.
+    use_white = (WHITE_MIN <= n <= WHITE_MAX) & ~exact & \
+        (white.z >= _critical(white.df, ALPHA_WHITE)) & \
         (white.r1 <= R1_WHITE / math.sqrt(n) - 1.0 / n) & (white.levelled < F_LEVEL) & \
         ~(d.z >= crit) & (d.z >= Z_WHITE_RECENT) & \
         (x[:, -1] - x[:, 0] >= MIN_NEW_SAMPLES)
@@ -311,7 +321,7 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
         else:
             verdict.append(STEADY)
     return Judged(verdict, n, d.z, d.df, d.slope, d.se, d.win, slow, rise_z, rise, first,
-                  d.s_p2, d.s_t2, se_int)
+                  d.s_p2, d.s_t2, se_int, steps, exact, use_white, phi)
 
 
 @dataclass
@@ -577,6 +587,10 @@ class Trend:
     noise_transient: float  # noise of the transient part per dump, bytes (s_t)
     more_dumps: int | None  # growing: about how many more dumps a leak verdict needs
     q_value: float | None = None  # false-discovery rate over the process's sites
+    exact: bool = False  # its objects are big enough that the dumps all but count them
+    sampled: float = 0.0  # about the share of its objects that jemalloc samples (1 - φ)
+    steps: int = 0  # dumps of the window that brought new objects
+    whole_series: bool = False  # drift tested as the line through every dump
 
     @property
     def score(self) -> float:
@@ -623,7 +637,9 @@ def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
         new_samples=float(c[-1] - c[start]),
         noise_persistent=math.sqrt(max(float(j.s_p2[i]), 0.0)) * w,
         noise_transient=math.sqrt(max(float(j.s_t2[i]), 0.0)) * w,
-        more_dumps=more_dumps(j, i) if verdict == GROWING else None)
+        more_dumps=more_dumps(j, i) if verdict == GROWING else None,
+        exact=bool(j.exact[i]), sampled=1.0 - float(j.phi[i]), steps=int(j.steps[i]),
+        whole_series=bool(j.whole[i]))
 
 
 def classify(values: list[float], counts: list[float] | None = None,

@@ -82,6 +82,19 @@ def evidence(f: Finding, window: dict[str, Any] | None = None) -> str:
         drift += f", q {t.q_value:.2g}"
     span = t.dumps - t.window_start
     samples = f"{t.samples:,.0f} samples ({t.new_samples:+,.0f} over the last {span} dumps)"
+    if t.exact:
+        # objects near or above the sample period: the dumps (all but) count them
+        what = ("objects, counted exactly (every one this big is sampled)"
+                if t.sampled >= 0.99 else
+                f"samples of big objects ({t.sampled:.0%} of them sampled: little counting "
+                "noise)")
+        samples = (f"{t.samples:,.0f} {what}; {t.steps} of the last {span} dumps brought "
+                   "new ones")
+    elif t.whole_series:
+        samples += ", tested as the line through every dump against its scatter"
+    if t.verdict in (LEAK, GROWING) and t.slope_per_dump > 0 and \
+            t.slope_high - t.slope_low > t.slope_per_dump:
+        samples += "; thin evidence: the rate is known only roughly"
     if t.verdict == LEAK:
         parts = [grew + since, _rate(t), drift, samples]
     elif t.verdict == GROWING:
