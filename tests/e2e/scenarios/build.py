@@ -18,8 +18,10 @@ Scenarios:
 - ``threads``        threads.c: 4 named threads; "cache-fill" leaks in thread_leak.
 - ``libcleak.so``    libcleak.c, loaded by leaky.py with ctypes: cl_make_record leaks.
 - ``InflaterLeak``   InflaterLeak.java: Inflaters never end()ed: zlib state + windows leak.
-- ``leakext.so``     leakext.c: PostgreSQL 15 C function leak_top(n) pallocs n x 100 B in
-                     TopMemoryContext (SQL: leakext--1.0.sql, MODULE_PATHNAME replaced).
+- ``leakext.so``     leakext.c: PostgreSQL 15 C functions leak_top(n) and leak_blocks(n, size)
+                     palloc into TopMemoryContext and never free; pool_fill(n, size, cap)
+                     fills a context of its own up to cap bytes, then stops (SQL:
+                     leakext--1.0.sql, MODULE_PATHNAME replaced).
 """
 
 from __future__ import annotations
