@@ -156,7 +156,9 @@ def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
             # bounded: it is growing, and its process is never called clean for it.
             if spread and t.verdict == trend.BOUNDED and times is not None and \
                     not trend.stopped_in_time(cb[i], times, int(j.first_growth[i])):
-                t = t.with_verdict(trend.GROWING)
+                # ... unless it rose by a sample or two: too few to rest a pace on either way
+                small = cb[i, -1] - cb[i, 0] < trend.MIN_NEW_SAMPLES
+                t = t.with_verdict(trend.STEADY if small else trend.GROWING)
             trends.append(t)
     trends = _control_family(trends, y)
     for i, k in enumerate(keys):

@@ -102,10 +102,14 @@ def stopped_in_time(c: Matrix, times: list[float], first: int) -> bool:
     n = len(times)
     t0 = windows(n)[1]
     start = first if t0 - first >= 3 else 0
-    span_before, span_after = times[t0] - times[start], times[-1] - times[t0]
+    # The pace is measured up to the last dump before the last third that brought a rise:
+    # a table filled in the first seconds and flat since did not grow at its average pace.
+    rose = np.flatnonzero(np.diff(c[start:t0 + 1]) > 0)
+    end = start + int(rose[-1]) + 1 if rose.size else t0
+    span_before, span_after = times[end] - times[start], times[-1] - times[t0]
     if span_before <= 0 or span_after <= 0:
         return True  # nothing to compare: the per-dump test stands
-    expected = max(float(c[t0] - c[start]), 0.0) * span_after / span_before
+    expected = max(float(c[end] - c[start]), 0.0) * span_after / span_before
     observed = float(c[-1] - c[t0])
     return (expected - observed) / math.sqrt(max(expected, 1.0)) >= Z_SLOWDOWN
 
@@ -313,8 +317,8 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
         elif ((risen or d.z[i] >= crit_growing[i] or (n <= SHORT and level_z[i] >= Z_GROWING))
               and d.slope[i] > 0 and gained[i]):
             verdict.append(GROWING)
-        elif never_fell[i] and gained[i] and x[i, -1] > x[i, 0]:
-            verdict.append(GROWING)  # it only ever rose: not churn, not sure enough to judge
+        elif never_fell[i] and gained[i] and rose_late[i]:
+            verdict.append(GROWING)  # it only ever rose, and still does: not sure enough
         elif not never_fell[i] and \
                 swing[i] >= max(CHURN_SHARE * peak[i], 3.0 * math.sqrt(phi[i] * peak[i]), 1.0):
             verdict.append(CHURN)
