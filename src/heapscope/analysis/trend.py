@@ -283,19 +283,23 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     # Churn beside a leak: where the whole series scatters around its line like fresh
     # samples (no wander left in its residuals), the line's slope over every dump is tested
     # against that scatter, far more surely than the increments can say.
-    white = _white_drift(x, phi)
     # Only where the dumps sample (objects well below R): sampling is what makes a renewed
     # population's count scatter independently from dump to dump; counted exactly, the
-    # scatter is the program's own and may well wander.
-    use_white = (WHITE_MIN <= n <= WHITE_MAX) & ~exact & \
-        (white.z >= _critical(white.df, ALPHA_WHITE)) & \
-        (white.r1 <= R1_WHITE / math.sqrt(n) - 1.0 / n) & (white.levelled < F_LEVEL) & \
-        ~(d.z >= crit) & (d.z >= Z_WHITE_RECENT) & \
+    # scatter is the program's own and may well wander. (Its "rose, then flat" fit costs
+    # n² per row: long series, which have power enough in the recent window, skip it.)
+    candidates = ~exact & ~(d.z >= crit) & (d.z >= Z_WHITE_RECENT) & \
         (x[:, -1] - x[:, 0] >= MIN_NEW_SAMPLES)
+    if not WHITE_MIN <= n <= WHITE_MAX:
+        candidates[:] = False
+    white = _white_drift(x[candidates], phi[candidates])
+    use_white = np.zeros(rows, dtype=np.bool_)
+    use_white[candidates] = (white.z >= _critical(white.df, ALPHA_WHITE)) & \
+        (white.r1 <= R1_WHITE / math.sqrt(n) - 1.0 / n) & (white.levelled < F_LEVEL)
     if use_white.any():
+        picked = use_white[candidates]
         for a, b in ((d.z, white.z), (d.df, white.df), (d.slope, white.slope),
                      (d.se, white.se)):
-            a[use_white] = b[use_white]
+            a[use_white] = b[picked]
         d.win[use_white] = 0
         crit = _critical(d.df, ALPHA_LEAK)
         crit_growing = _critical(d.df, normal_sf(Z_GROWING))
@@ -431,7 +435,8 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
     # Counted exactly, a record that never fell is the arrivals themselves: whether they
     # wander (a Poisson stream) or keep a rhythm (a steady request rate filling blocks) shows
     # in the gains over long lags, which no sampling noise blurs.
-    for i in np.flatnonzero(exact & never_fell & (n - win >= VARIOGRAM_MIN)):
+    rose = c[:, -1] > c[np.arange(rows), win]
+    for i in np.flatnonzero(exact & never_fell & rose & (n - win >= VARIOGRAM_MIN)):
         vp, vt = variogram(c[i:i + 1, int(win[i]):])
         s_p2[i], s_t2[i], split[i] = vp[0], vt[0], True
     # The sampling noise of new samples is a floor: φ per unit (Poisson for small objects).
