@@ -78,7 +78,9 @@ Z_WHITE_RECENT = 1.0  # ... and the recent window's own drift is at least this
 WHITE_MIN = 8  # the line through every dump: series from this long (shorter: the window is all)
 WHITE_MAX = 60  # series up to this long (longer ones have power enough in the recent window)
 R1_WHITE = 0.5  # scatter is white when its lag-1 autocorrelation is below -1/n + this/sqrt(n)
-STEPS = 4  # counted exactly, a leak needs at least this many dumps that brought new objects
+STEPS = 4  # counted exactly, a leak needs this many dumps that brought new objects ...
+FEW = 12  # ... where it gained fewer objects than this: a few big ones
+TINY = 1e-6  # sample units: differences below this are rounding
 
 
 UNEVEN = 1.5  # dumps whose intervals differ by more than this factor are uneven
@@ -235,7 +237,9 @@ def units(c: Matrix, y: Matrix | None, objects: Matrix | None
 def _ratio(num: Matrix, den: Matrix) -> Matrix:
     """num / den, where a zero ``den`` (noise that is exactly nothing: objects every dump
     counts) makes any growth infinitely sure and no growth no evidence."""
-    exact = np.where(num > 0, np.inf, np.where(num < 0, -np.inf, 0.0))
+    # A stretch that is flat gives a slope of zero up to the rounding of the prefix sums
+    # (~1e-12 of a sample): that is no growth, not infinitely sure growth.
+    exact = np.where(num > TINY, np.inf, np.where(num < -TINY, -np.inf, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.asarray(np.where(den > 0, num / np.where(den > 0, den, 1.0), exact),
                           dtype=np.float64)
@@ -279,7 +283,8 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     # Counted exactly and never freed, growth is whole objects arriving: a leak needs them
     # arriving in a rhythm (STEPS of them) and still in the last third; a filling pool stops.
     rose_late = c[:, -1] - c[:, t0] >= np.where(exact, 1.0, MIN_NEW_SAMPLES)
-    rhythm = ~(exact & never_fell) | ((steps >= STEPS) & rose_late)
+    few = c[:, -1] - c[r, d.win] < FEW
+    rhythm = ~(exact & never_fell & few) | ((steps >= STEPS) & rose_late)
     # Churn beside a leak: where the whole series scatters around its line like fresh
     # samples (no wander left in its residuals), the line's slope over every dump is tested
     # against that scatter, far more surely than the increments can say.
@@ -448,7 +453,7 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
     # normal reference. Otherwise it was estimated from n-1 steps: Student t, one degree
     # fewer when it was split in two.
     allowance = dispersion_allowance(n - 2, Z_GROWING)
-    poisson = ~split & ~exact & ((var <= pace) | (never_fell & (var <= pace * allowance)))
+    poisson = ~split & ((var <= pace) | (never_fell & (var <= pace * allowance)))
     if n <= SHORT:
         # A handful of steps says little about how far a population of this size could
         # wander: the growth must also stand out from the counting noise of the levels
