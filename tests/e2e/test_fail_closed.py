@@ -326,3 +326,61 @@ def _go_pprof_space_v2(go: str, path: Path) -> float:
     col = names.index("inuse_space") if "inuse_space" in names else names.index("space")
     return float(sum(int(ln.split(":")[0].split()[col]) for ln in lines[1:]
                      if re.match(r"^\s*\d", ln)))
+
+
+# ------------------------------------------------------------------------------------------
+# A worker that drops privileges by itself (nginx, Apache, postfix, php-fpm)
+
+
+@pytest.fixture(scope="module")
+def dropuser(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the worker switches to the user nobody, as a daemon does")
+    prog = tmp_path_factory.mktemp("dropuser") / "dropuser"
+    je.build([je.PROGRAMS_DIR / "dropuser.c"], prog, ("-O1", "-g"))
+    return prog
+
+
+def _processes(session: Path) -> dict[int, dict[str, object]]:
+    doc = json.loads((session / "report.json").read_text())
+    return {p["pid"]: p for p in doc["processes"]}
+
+
+def test_a_worker_that_switches_user_is_dumped_and_judged(dropuser: Path,
+                                                          tmp_path: Path) -> None:
+    """Run as root, the master forks a worker that becomes nobody and leaks 64 KiB every
+    50 ms: it cannot write the session's dumps folder, yet it gets a series of its own
+    (through a folder nobody owns) and its leak is found; nothing is left unexamined."""
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--every", "0.5", "--fail-on-leak", "--", str(dropuser), "5",
+           cache=tmp_path / "c")
+    assert p.returncode == LEAK_EXIT, p.stderr
+    procs = _processes(s)
+    assert len(procs) == 2 and all(pr["examined"] for pr in procs.values()), procs
+    (worker,) = [pr for pr in procs.values() if pr["role"] == "child"]
+    assert worker["judged_dumps"] >= 4 and worker["verdict"] == "leaks", worker
+    doc = json.loads((s / "report.json").read_text())
+    assert doc["suspects"][0]["function"] == "worker_leak", doc["suspects"][0]
+    assert doc["suspects"][0]["pid"] == worker["pid"]
+    # its dumps were copied into dumps/, root's and 0600 like the others
+    mine = sorted((s / "dumps").glob(f"jeprof.{worker['pid']}.*.heap"))
+    assert len(mine) >= 5 and all(d.stat().st_uid == 0 and d.stat().st_mode & 0o077 == 0
+                                  for d in mine), mine
+
+
+def test_a_worker_left_without_dumps_is_named_and_fails_the_gate(dropuser: Path,
+                                                                 tmp_path: Path) -> None:
+    """Without the helper (--no-helper) nothing gives the worker a folder it can write:
+    the report says it was not examined, never "no leak found", and --fail-on-leak exits
+    12 although the process that was examined is clean."""
+    s = tmp_path / "s"
+    p = hs("run", "-o", str(s), "--no-helper", "--every", "0.5", "--fail-on-leak", "--",
+           str(dropuser), "3", cache=tmp_path / "c")
+    assert p.returncode == UNREADABLE_EXIT, p.stderr
+    procs = _processes(s)
+    (worker,) = [pr for pr in procs.values() if pr["role"] == "child"]
+    assert worker["examined"] is False and worker["dumps"] == 0, worker
+    assert "could not write" in str(worker["why_no_dumps"]), worker
+    assert "1 of 2 processes not examined" in p.stderr, p.stderr
+    assert f"pid {worker['pid']}" in p.stderr and "\nno leak found" not in p.stderr, p.stderr
+    assert "left no dump to examine" in p.stderr, p.stderr

@@ -158,6 +158,7 @@ class ProcessFinding:
     rounds: int = 0  # rounds of dumps asked of it as it ran (run --every, attach watch)
     missed: int = 0  # of them, rounds that brought no dump
     missed_why: str = ""  # the last reason one was missed
+    why_no_dumps: str = ""  # what is known of why a process that ran wrote no dump
 
     @property
     def verdict(self) -> str:
@@ -179,6 +180,12 @@ class ProcessFinding:
         if self.bounded_bytes > 0:
             return "grew, bounded"  # it stopped, but a user should see what it took
         return "clean"
+
+    @property
+    def unexamined(self) -> bool:
+        """True for a process of the program's own (not a wrapper or a tool) that left no
+        dump at all: nothing was looked at, so nothing may be said of it."""
+        return self.dumps == 0 and not self.unreadable and self.role not in QUIET_ROLES
 
     @property
     def blind(self) -> bool:
@@ -210,7 +217,8 @@ class ProcessFinding:
                 "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
                 "verdict": self.verdict, "unreadable": self.unreadable,
                 "skipped_dumps": self.skipped, "rounds": self.rounds,
-                "missed_rounds": self.missed, "missed_why": self.missed_why}
+                "missed_rounds": self.missed, "missed_why": self.missed_why,
+                "examined": not self.unexamined, "why_no_dumps": self.why_no_dumps}
 
 
 @dataclass
@@ -227,6 +235,11 @@ class LeakReport:
     def leak_bytes(self) -> float:
         """What ``--fail-on-leak`` compares: leaks, plus growth no series could judge yet."""
         return sum(p.fail_bytes for p in self.processes)
+
+    @property
+    def unexamined(self) -> list[ProcessFinding]:
+        """The processes that left no dump to examine (see ProcessFinding.unexamined)."""
+        return [p for p in self.processes if p.unexamined]
 
     @property
     def left_bytes(self) -> float:

@@ -71,12 +71,14 @@ def run(
     grace: float = 3.0,
     every: float | None = None,
     periodic: Callable[[list[int]], dict[int, tuple[str | None, str]]] | None = None,
+    adopt: Callable[[list[int]], None] | None = None,
 ) -> RunResult:
     """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited.
 
     With ``every`` and ``periodic``, ``periodic(pids)`` runs every ``every`` seconds while
     the program lives (dumps taken from outside); it returns, per process, a problem to note
-    (or None) and how the dump was taken.
+    (or None) and how the dump was taken. ``adopt(pids)`` runs about twice a second on the
+    live processes (to point the ones that changed user at a dump folder they can write).
     """
     events = ProcEvents()
     events.start()  # before the program starts, so that no early fork goes unseen
@@ -98,6 +100,12 @@ def run(
                                                       lambda: _dumpable(watcher), per_pid),
                                   name="heapscope-every", daemon=True)
         ticker.start()
+    adopter = None
+    if adopt is not None:
+        adopter = threading.Thread(target=_adopt_loop,
+                                   args=(adopt, done, lambda: _dumpable(watcher)),
+                                   name="heapscope-adopt", daemon=True)
+        adopter.start()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -116,6 +124,8 @@ def run(
         done.set()
         if ticker is not None:
             ticker.join(timeout=60)
+        if adopter is not None:
+            adopter.join(timeout=30)
         _wait_for_leftovers(watcher, grace)
     finally:
         done.set()
@@ -128,6 +138,15 @@ def run(
     result.problems = problems
     result.rounds = per_pid
     return result
+
+
+def _adopt_loop(adopt: Callable[[list[int]], None], done: threading.Event,
+                targets: Callable[[], list[int]], interval: float = 0.5) -> None:
+    """``adopt`` on the live processes every ``interval`` seconds until the program ends;
+    an error there is never the run's end."""
+    while not done.wait(interval):
+        with contextlib.suppress(Exception):
+            adopt(targets())
 
 
 def _dumpable(watcher: TreeWatcher) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -25,6 +26,7 @@ from heapscope.capture.conf import build_conf, env_var
 from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspect_target
 from heapscope.capture.launch import CommandNotFound, RunResult
 from heapscope.capture.launch import run as launch
+from heapscope.capture.userdumps import UserDumps
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.files import create_new_text
 from heapscope.formats import symbolized
@@ -136,8 +138,10 @@ def run_session(cmd: list[str], opts: RunOptions,
     )
     env = build_env(lib, conf, target.is_java)
     preload = helper.prepare(path, owner) if opts.helper else None
+    moved = None
     if preload is not None:
         env = preload.environment(env)
+        moved = UserDumps(preload.folder, owner.uid)
     start = time.time()
     manifest = sess.manifest_base(cmd, env_var(lib.prefix), conf,
                                   {"path": lib.path, "version": lib.version,
@@ -147,13 +151,18 @@ def run_session(cmd: list[str], opts: RunOptions,
     manifest["heapscope_pid"] = os.getpid()
     manifest["helper"] = preload is not None
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
+    moved_notes: list[str] = []
     try:
         with create_new_text(os.path.join(path, "rss.csv"), 0o600) as rss:
             rss.write("t_seconds,pid,rss_bytes\n")
             rss.flush()
             result = launch(cmd, env, rss_log=rss, every=opts.every,
-                            periodic=_dumps_from_outside)
+                            periodic=functools.partial(_dumps_from_outside, moved=moved),
+                            adopt=moved.point if moved is not None else None)
     finally:
+        if moved is not None:
+            # the dumps of processes that changed user, before their folder goes
+            moved_notes = moved.collect(dumps_dir)
         if preload is not None:
             preload.remove()
     sess.seal_dumps(path)
@@ -162,26 +171,37 @@ def run_session(cmd: list[str], opts: RunOptions,
     if summaries:
         with create_new_text(os.path.join(path, "leak-summaries.txt"), 0o600) as f:
             f.write("\n".join(summaries) + "\n")
-    notes = _unwritable_dumps(summaries, owner)
-    return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes)
+    notes = _unwritable_dumps(summaries, owner) + moved_notes
+    users = dict(moved.users) if moved is not None else {}
+    return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes, users)
 
 
-def _dumps_from_outside(pids: list[int]) -> dict[int, tuple[str | None, str]]:
+def _dumps_from_outside(pids: list[int], moved: UserDumps | None = None
+                        ) -> dict[int, tuple[str | None, str]]:
     """One dump of each of ``pids`` (``run --every``): through the helper's socket where a
     process has one, else the call stub, else gdb; per process, a problem to note (or None)
     and the way the dump was taken.
 
     ``prof.dump`` without a name lets jemalloc name it after ``prof_prefix`` (the session's
-    dumps folder) with its own sequence number, so the final dump still sorts last.
+    dumps folder) with its own sequence number, so the final dump still sorts last. A
+    process that changed user is first pointed at a folder its user can write (``moved``).
     """
     from heapscope.capture.control import call_each
     from heapscope.capture.mallctl import Op
 
     out: dict[int, tuple[str | None, str]] = {}
+    dump = Op("prof.dump", "none", None, True)
+    prefixes = {pid: p for pid in pids
+                if moved is not None and (p := moved.prefix_for(pid)) is not None}
+    got: dict[int, Any] = {}
     try:
         # Two retries while no thread can run the call, as for attach.
-        got = call_each(pids, [Op("prof.dump", "none", None, True)], timeout=30.0,
-                        retries=2)
+        stay = [pid for pid in pids if pid not in prefixes]
+        if stay:
+            got.update(call_each(stay, [dump], timeout=30.0, retries=2))
+        if prefixes:
+            got.update(call_each(sorted(prefixes), [Op("prof.prefix", "str", prefixes, True),
+                                                    dump], timeout=30.0, retries=2))
     except HeapscopeError as e:
         return {pid: (str(e), "") for pid in pids}
     for pid, r in got.items():
@@ -189,9 +209,25 @@ def _dumps_from_outside(pids: list[int]) -> dict[int, tuple[str | None, str]]:
             out[pid] = (str(r), "")
         else:
             rc = r.rcs.get("prof.dump", 0)
-            out[pid] = (None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc})",
+            # jemalloc answers EFAULT (14) when it could not create the file
+            why = (": jemalloc could not write the file (a process that changed user cannot "
+                   "write dumps/)" if rc == 14 else "")
+            out[pid] = (None if rc == 0 else f"pid {pid}: prof.dump failed (errno {rc}{why})",
                         r.mode)
     return out
+
+
+def _why_no_dumps(pid: int, result: RunResult, users: dict[int, int]) -> str:
+    """What is known of why a process that ran left no dump."""
+    rounds = result.rounds.get(pid, {})
+    if rounds.get("missed_why"):
+        return str(rounds["missed_why"]).removeprefix(f"pid {pid}: ")
+    if pid in users:
+        return (f"it ran as uid {users[pid]}, who cannot write dumps/; the helper (on unless "
+                "--no-helper) gives such a process a folder of its own")
+    if not rounds.get("rounds"):
+        return "it ended before a round of dumps and wrote none at exit (exec, _exit, a signal)"
+    return "it wrote no dump"
 
 
 def _final_dumps(dumps_dir: str) -> dict[int, list[str]]:
@@ -211,7 +247,7 @@ def _module_paths(profiles: list[Profile]) -> dict[str, str]:
 def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
              result: RunResult, manifest: dict[str, Any], summaries: list[str],
              progress: Callable[[str, int, int], None] | None,
-             notes: list[str]) -> SessionResult:
+             notes: list[str], moved_users: dict[int, int]) -> SessionResult:
     dumps_dir = os.path.join(path, "dumps")
     by_pid = _final_dumps(dumps_dir)
     notes = notes + _notes(result, lib, by_pid) + result.problems
@@ -250,9 +286,10 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     seen = {p.pid for p in report.processes}
     for p in procs.values():
         if p.pid not in seen:  # ran, but wrote no dump (exec'd, or left with _exit)
-            report.processes.append(ProcessFinding(
-                p.pid, p.exe, p.cmdline, p.ppid,
-                role(p.pid, p.exe, result.pid, len(procs)), 0))
+            finding = ProcessFinding(p.pid, p.exe, p.cmdline, p.ppid,
+                                     role(p.pid, p.exe, result.pid, len(procs)), 0)
+            finding.why_no_dumps = _why_no_dumps(p.pid, result, moved_users)
+            report.processes.append(finding)
     report.processes.sort(key=lambda p: (p.role in QUIET_ROLES, -p.leak_bytes, p.pid or 0))
     manifest.update({
         "pid": result.pid,

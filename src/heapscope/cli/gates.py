@@ -63,6 +63,11 @@ def gate(report: LeakReport, leak: int | None, live: int | None) -> int:
             print(f"heapscope: leaks hold {human_bytes(held)} ({int(held)} bytes > {leak}): "
                   f"exit {LEAK_EXIT}", file=sys.stderr)
             status = status or LEAK_EXIT
+        elif missing := report.unexamined:
+            print(f"heapscope: {len(missing)} process(es) left no dump to examine (pid "
+                  f"{', '.join(str(p.pid) for p in missing[:8])}): nothing rules a leak out "
+                  f"there: exit {UNREADABLE_EXIT}", file=sys.stderr)
+            status = status or UNREADABLE_EXIT
         elif blind := [p for p in report.processes if p.verdict == "undecided"
                        and not p.fail_bytes and p.role not in QUIET_ROLES]:
             print(f"heapscope: pid {blind[0].pid}: {blind[0].why_undecided()}; nothing "

@@ -148,19 +148,32 @@ def _summary(report: LeakReport, shown: list[Finding]) -> str:
     counts: dict[str, int] = {}
     for f in shown:
         counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    missing = report.unexamined
+    gap = ""
+    if missing:
+        # Never "no leak found" over a process nobody looked at.
+        named = ", ".join(f"pid {p.pid}" + (f" ({p.why_no_dumps})" if p.why_no_dumps else "")
+                          for p in missing[:4])
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        gap = (f"{len(missing)} of {len(report.processes)} processes not examined, they left "
+               f"no dump: {_t(named)}{more}")
     if counts.get(LEAK):
-        return ""
+        return gap
     if report.window is not None:
         return (f"the window kept {counts.get(LIVE, 0)} site(s): allocated during it and "
                 "still live after it, biggest first")
     parts = ["no leak found"]
+    if missing:
+        examined = len(report.processes) - len(missing)
+        parts = [gap, f"no leak found in the {examined} examined" if examined else
+                 "nothing was examined"]
     if counts.get(GROWING):
         parts.append(f"{counts[GROWING]} site(s) grew without proof of a leak (growing)")
     if counts.get(trend.BOUNDED):
         parts.append(f"{counts[trend.BOUNDED]} grew, then levelled off (bounded)")
     if counts.get(LIVE):
         parts.append(f"{counts[LIVE]} live in a single dump (growth unknown)")
-    if not shown:
+    if not shown and not missing:
         parts.append("no site grew, and nothing beyond runtime start-up was left live")
     return "; ".join(parts)
 
