@@ -227,6 +227,21 @@ def test_a_fifo_in_the_memory_map_does_not_hang(
     _one_line_error(p, fifo, "not a regular file")
 
 
+def test_a_fifo_named_like_a_dump_hangs_no_command(tmp_path: Path) -> None:
+    """A FIFO called x.heap: every command that reads dumps refuses it at once with one
+    line (the symbolizer's early start used to open it before the guarded reader)."""
+    fifo = tmp_path / "x.heap"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    out.mkdir()
+    for cmd in (["top", str(fifo)], ["leaks", str(fifo)], ["diff", str(fifo), str(fifo)],
+                ["graph", str(fifo), "-o", str(out / "g.svg")],
+                ["export", str(fifo), "--format", "pprof", "-o", str(out / "p.pb.gz")],
+                ["flamegraph", str(fifo), "-o", str(out / "f.html")]):
+        p = hs(*cmd, cache=tmp_path / "c", timeout=60)
+        _one_line_error(p, fifo, "not a regular file")
+
+
 def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.heap.gz"
     bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))

@@ -24,6 +24,7 @@ import os
 from collections.abc import Sequence
 
 from heapscope.errors import ToolError
+from heapscope.files import open_regular
 from heapscope.formats.maps import parse_maps
 from heapscope.model import Mapping
 from heapscope.symbols.cache import SymbolCache
@@ -90,7 +91,8 @@ def _start_for(dump: str, use_cache: bool) -> None:
 def memory_map(dump: str) -> list[Mapping]:
     """The mappings of a plain jemalloc dump's MAPPED_LIBRARIES section, read from the end
     of the file; empty when the section is not within its last 256 KiB."""
-    with open(dump, "rb") as f:
+    # Before the command's own reader looks at it: never wait on a FIFO named like a dump.
+    with open_regular(dump) as f:
         size = f.seek(0, os.SEEK_END)
         f.seek(max(0, size - _TAIL))
         tail = f.read(_TAIL)
