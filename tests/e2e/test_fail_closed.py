@@ -242,6 +242,16 @@ def test_a_fifo_named_like_a_dump_hangs_no_command(tmp_path: Path) -> None:
         _one_line_error(p, fifo, "not a regular file")
 
 
+def test_a_dump_with_nothing_in_it_is_not_a_silent_zero(tmp_path: Path) -> None:
+    """A header line and nothing else (no total, no records, no memory map): top still
+    answers, and warns that its total of 0 says nothing."""
+    empty = tmp_path / "jeprof.1.0.f.heap"
+    empty.write_text("heap_v2/524288\n")
+    p = hs("top", str(empty), cache=tmp_path / "c", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"warning: {empty}: the dump holds no records" in p.stderr, p.stderr
+
+
 def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.heap.gz"
     bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))

@@ -182,6 +182,13 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
             print(f"heapscope: {text}", file=sys.stderr)
 
 
+def empty_dump(profile: Profile) -> bool:
+    """True for a jemalloc dump with a header line and nothing else: no total line, no
+    records, no memory map."""
+    return (profile.format == "heap_v2" and not profile.samples and not profile.header
+            and not profile.mappings)
+
+
 def load_profiles(paths: list[str], args: argparse.Namespace, progress: ProgressFn | None,
                   *, threads: bool = False,
                   aliases: MappingT[str, str] | None = None,
@@ -216,6 +223,11 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
         print_diagnostics(prep.diagnostics, args.verbose)
         wrappers.update(prep.wrappers)
         profile = prep.profile
+        if empty_dump(profile):
+            # A dump with nothing in it is not "0 bytes live": it was cut or never written.
+            print(f"heapscope: warning: {path}: the dump holds no records, no 't*:' total and "
+                  "no memory map (cut short, or written before anything was sampled): its "
+                  "total of 0 says nothing", file=sys.stderr)
         if aliases:
             from heapscope.analysis.ownership import alias_modules
 
