@@ -286,10 +286,24 @@ def test_pid_that_does_not_exist(tmp_path: Path, gdb: str) -> None:
     assert f"no process with pid {p.pid}" in err
 
 
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (Z: exited, not yet reaped), "" once gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
 def test_pid_that_exits(server_bin: Path, libjemalloc: Path, gdb: str,
                         tmp_path: Path) -> None:
     # Exits 0.2 s after start (left unreaped: a zombie), and one that exits while watched.
     quick = Target([str(server_bin), "200"], _env(libjemalloc, CONF), ready=False)
+    # Asked only once it has exited: on a busy machine an attach could beat the 0.2 s.
+    deadline = time.monotonic() + 30
+    while _state(quick.pid) not in ("Z", "") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _state(quick.pid) in ("Z", ""), "the quick target did not exit"
     err = one_line_error(hs(str(quick.pid), "status", cache=tmp_path / "c"))
     assert "exited" in err or "no process" in err, err
     quick.proc.wait()
