@@ -252,6 +252,31 @@ def test_a_dump_with_nothing_in_it_is_not_a_silent_zero(tmp_path: Path) -> None:
     assert f"warning: {empty}: the dump holds no records" in p.stderr, p.stderr
 
 
+def test_pprof_export_of_numbers_that_do_not_fit_is_one_line(tmp_path: Path) -> None:
+    """A 17-hex-digit address, and counts whose unsampled estimate passes 2^63: pprof's
+    fields cannot hold them, and export says so in one line (it raised ValueError)."""
+    maps = ("\nMAPPED_LIBRARIES:\n"
+            "00400000-00401000 r-xp 00000000 00:00 0   /nonexistent/prog\n")
+    cases = {
+        "address": ("heap_v2/524288\n  t*: 1: 64 [0: 0]\n@ 0x1234567890abcdef1 0x400100\n"
+                    "  t*: 1: 64 [0: 0]\n" + maps, "does not fit in pprof's 64 bits"),
+        "value": ("heap_v2/524288\n  t*: 9999999999999999999: 9999999999999999999 [0: 0]\n"
+                  "@ 0x400100\n  t*: 9999999999999999999: 9999999999999999999 [0: 0]\n"
+                  + maps, "does not fit in pprof's 64-bit signed values"),
+    }
+    for name, (text, problem) in cases.items():
+        dump = tmp_path / f"jeprof.1.0.{name}.heap"
+        dump.write_text(text)
+        out = tmp_path / f"{name}.pb.gz"
+        p = hs("export", str(dump), "--format", "pprof", "-o", str(out), cache=tmp_path / "c",
+               timeout=60)
+        # (a warning may come first: the dump names a program that is not on this machine)
+        last = p.stderr.strip().splitlines()[-1]
+        assert p.returncode == 3 and "Traceback" not in p.stderr, p.stderr
+        assert last.startswith(f"heapscope: error: {dump}: ") and problem in last, last
+        assert not out.exists()
+
+
 def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.heap.gz"
     bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))

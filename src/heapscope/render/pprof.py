@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from heapscope.errors import InputError
 from heapscope.formats.proto import profile_pb2
 from heapscope.model import (
     ALLOC_OBJECTS,
@@ -56,6 +57,10 @@ DEFAULT_SAMPLE_TYPE = "inuse_space"
 
 
 BuildIdFn = Callable[[Mapping], str]
+
+
+UINT64 = (1 << 64) - 1  # pprof's Location.address
+INT64 = (1 << 63) - 1  # pprof's Sample.value
 
 
 def _elf_build_id(paths: Callable[[str], list[str]]) -> BuildIdFn:
@@ -131,6 +136,7 @@ class _Builder:
         # (location ids, thread uid or -1) -> summed values in PPROF_ORDER
         self.samples: dict[tuple[tuple[int, ...], int], list[float]] = {}
         self.thread_names: dict[int, str] = {}
+        self.sources: list[str] = []  # the dumps added, to name in an error
         self.period = 0
         self.time: float | None = None
 
@@ -192,6 +198,13 @@ class _Builder:
         if profile.time is not None:
             # The sum of several dumps is as of the latest one.
             self.time = profile.time if self.time is None else max(self.time, profile.time)
+        source = profile.source or "the profile"
+        self.sources.append(source)
+        # pprof's addresses are 64-bit: a wider one is damage, said in one line.
+        wide = next((a for a in profile.addresses() if a - 1 > UINT64), None)
+        if wide is not None:
+            raise InputError(source, f"address 0x{wide:x} does not fit in pprof's 64 bits "
+                                     "(a damaged dump?)")
         mapping_ids: dict[int, int] = {}
         main = next((m for m in profile.mappings if not m.anonymous), None)
         code = [m for m in profile.mappings if m.executable and not m.anonymous]
@@ -229,6 +242,12 @@ class _Builder:
         name_key = self.string("thread")
         for (ids, thread), values in sorted(self.samples.items()):
             vals = [round(v) for v in values]
+            if any(abs(v) > INT64 for v in vals):
+                big = max(vals, key=abs)
+                raise InputError(self.sources[0] if len(self.sources) == 1 else
+                                 f"{self.sources[0]} (and {len(self.sources) - 1} more)",
+                                 f"a value of {big} does not fit in pprof's 64-bit signed "
+                                 "values (a damaged dump, or counts summed past 2^63)")
             if not any(vals):
                 continue  # every estimate rounds to zero
             sample = prof.sample.add(location_id=ids, value=vals)
