@@ -48,3 +48,28 @@ def test_problems() -> None:
     assert "nothing to watch" in merge({}, {}).problems()[0]
     assert "match '('" in merge({"matches": ["("]}, {}).problems()[0]
     assert "http://" in merge({"pids": [1], "pyroscope": "p:4040"}, {}).problems()[0]
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("every = inf", "finite"),
+    ("every = nan", "finite"),
+    ("timeout = inf", "finite"),
+    ("every = 1e12", "at most 86400 s"),
+    ("timeout = 0", "timeout must be positive"),
+])
+def test_times_that_would_stop_the_agent_are_refused(tmp_path: Path, text: str,
+                                                     why: str) -> None:
+    """TOML allows inf and nan: such an `every` passed validation and killed the agent with
+    OverflowError on its next sleep (a config read again on SIGHUP goes the same way)."""
+    f = tmp_path / "agent.toml"
+    f.write_text(f"{text}\n[[target]]\npid = 1\n")
+    problems = merge(load(str(f)), {}).problems()
+    assert any(why in p for p in problems), problems
+
+
+def test_a_listen_address_beyond_this_machine_is_flagged() -> None:
+    from heapscope.cli.agent import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3") and not _loopback("")
+    assert not _loopback("example.org")

@@ -26,6 +26,7 @@ limits); ``listen``, ``state`` and ``pyroscope`` need a restart. Example::
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -69,6 +70,13 @@ class Settings:
                        "(or [[target]])")
         if not 0 <= self.active < self.every:
             out.append("active must be at least 0 and less than every")
+        times = (self.every, self.timeout, self.active)
+        if not all(math.isfinite(t) for t in times):
+            out.append("every, timeout and active must be finite numbers of seconds")
+        elif self.every > MAX_SECONDS or self.timeout > MAX_SECONDS:
+            out.append(f"every and timeout must be at most {MAX_SECONDS:g} s (a day)")
+        if not self.timeout > 0:
+            out.append("timeout must be positive")
         if self.every <= 0 or self.window < 2 or self.top < 1 or self.push_queue < 1:
             out.append("every must be positive, window at least 2, top and push_queue at "
                        "least 1")
@@ -83,6 +91,8 @@ class Settings:
                 out.append(f"{name} {url}: give an http:// or https:// URL")
         return out
 
+
+MAX_SECONDS = 86400.0  # every and timeout: a day at most (sleep() refuses far larger values)
 
 _SCALARS = {f.name: f.type for f in fields(Settings)}
 _LISTS = ("pids", "matches", "units", "folders", "pidfiles")

@@ -91,6 +91,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def _loopback(host: str) -> bool:
+    """True when ``host`` is reachable from this machine only."""
+    import ipaddress
+
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
 def _listen(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -155,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--listen {s.listen}: {e.strerror or e}") from None
     print(f"heapscope agent: serving http://{s.listen}/metrics, state in {s.state}",
           file=sys.stderr)
+    if not _loopback(host):
+        print(f"heapscope agent: warning: /metrics on {s.listen} can be read from the "
+              "network with no authentication, and it names process ids, programs, "
+              "functions and source files; listen on 127.0.0.1 and put a proxy with TLS and "
+              "authentication in front of it (README: the agent)", file=sys.stderr)
     stop = threading.Event()
     reload = threading.Event()
 
