@@ -41,6 +41,46 @@ def open_regular(path: str) -> BinaryIO:
         raise
 
 
+IGNORED: list[str] = []  # "path: why" of cache files refused by open_private (for a note)
+
+
+def open_private(path: str) -> BinaryIO | None:
+    """A cache file only this user could have written, opened; None when it is missing or
+    when it is not: a regular file owned by the effective user that group and others cannot
+    write, in a folder owned by this user (or root) that group and others cannot write. A
+    file refused for its owner or mode is listed in :data:`IGNORED`. Nothing read from a
+    cache is ever trusted otherwise (marshal data can crash the reader; a planted symbol
+    entry would name functions wrongly)."""
+    me = os.geteuid()
+    try:
+        folder = os.stat(os.path.dirname(path) or ".")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        why = ""
+        if not stat.S_ISREG(st.st_mode):
+            why = "not a regular file"
+        elif st.st_uid != me:
+            why = f"owned by uid {st.st_uid}, not by uid {me}"
+        elif st.st_mode & 0o022:
+            why = "others may write it"
+        elif folder.st_uid not in (me, 0) or folder.st_mode & 0o022:
+            why = "its folder is another user's, or others may write it"
+        if why:
+            os.close(fd)
+            IGNORED.append(f"{path}: {why}")
+            return None
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
 def _new_fd(path: str, mode: int) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                    | getattr(os, "O_CLOEXEC", 0), mode)

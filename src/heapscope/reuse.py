@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import stat
 import sys
 import zlib
 from functools import partial
@@ -32,7 +31,7 @@ from typing import Any
 
 from heapscope import __version__
 from heapscope.analysis.fold import FramePolicy, Wrappers
-from heapscope.files import Stamp, keep_newest, replace_atomically, stamp
+from heapscope.files import Stamp, keep_newest, open_private, replace_atomically, stamp
 from heapscope.model import (
     Frame,
     Location,
@@ -107,13 +106,12 @@ def load(cache_dir: str, ident: str) -> Result | None:
     """The stored result for ``ident`` if every file it depends on is unchanged, else None."""
     path = _entry_path(cache_dir, ident)
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            # Written by this user and nobody else (a shared $HEAPSCOPE_CACHE_DIR): marshal
-            # data is only ever read from a file this user could have written alone.
-            if (st.st_uid != os.geteuid() or st.st_mode & 0o022
-                    or not stat.S_ISREG(st.st_mode)):
-                return None
+        # Written by this user and nobody else (a shared $HEAPSCOPE_CACHE_DIR): marshal
+        # data is only ever read from a file this user could have written alone.
+        f = open_private(path)
+        if f is None:
+            return None
+        with f:
             data = f.read()
         stored, depends, payload = marshal.loads(data)
         if stored != ident:

@@ -63,6 +63,32 @@ def test_missing_symbolizer_still_names_the_leak_and_fails(
     assert first["verdict"] in ("leak", "growing"), first
 
 
+def test_a_cache_entry_another_user_wrote_is_never_read(
+        no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]],
+        tmp_path: Path) -> None:
+    """Another local user plants entries in a shared cache folder: a symbol entry that
+    renames the leak's function, and marshal files. None of them is read (a note says so);
+    the names come from the binary again."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the planted files must belong to another user")
+    s, _ = no_symbolizer_run
+    dump = next((s / "dumps").glob("jeprof.*.f.heap"))
+    cache = tmp_path / "c"
+    first = hs("top", str(dump), cache=cache, timeout=120)
+    assert first.returncode == 0 and "slow_leak" in first.stdout, first.stderr
+    entries = [f for f in cache.rglob("*") if f.is_file()]
+    symbols = [f for f in entries if f.suffix == ".json"]
+    assert symbols, entries
+    for f in entries:
+        if f in symbols:
+            f.write_text(f.read_text().replace("slow_leak", "cache_refill_expected"))
+        os.chown(f, 65534, 65534)  # as if the user nobody had written them
+    p = hs("top", str(dump), cache=cache, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "slow_leak" in p.stdout and "cache_refill_expected" not in p.stdout, p.stdout
+    assert "note: ignored" in p.stderr and "another user" in p.stderr, p.stderr
+
+
 def test_damaged_dumps_are_named_and_never_clean(
         no_symbolizer_run: tuple[Path, subprocess.CompletedProcess[str]],
         tmp_path: Path) -> None:

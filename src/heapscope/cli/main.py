@@ -70,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from heapscope.symbols.llvm import discard_ahead
 
             discard_ahead()
+        if "heapscope.files" in sys.modules:
+            from heapscope.files import IGNORED
+            from heapscope.terminal import clean
+
+            if IGNORED:
+                print(f"heapscope: note: ignored {len(IGNORED)} cache file(s) another user "
+                      f"could have written ({clean(IGNORED[0])})", file=sys.stderr)
+                IGNORED.clear()
 
 
 def _dispatch(argv: list[str]) -> int:

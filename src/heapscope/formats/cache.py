@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from heapscope import __version__
-from heapscope.files import keep_newest, stamp
+from heapscope.files import keep_newest, open_private, stamp
 from heapscope.formats.load import load
 from heapscope.model import Mapping, Profile, Sample, Thread, ThreadValues
 from heapscope.native import core
@@ -71,8 +71,10 @@ def load_cached(path: str, *, threads: bool = False, cache_dir: str | None = Non
     folder = os.path.join(cache_dir, "dumps")
     entry = os.path.join(folder, key + ".marshal")
     try:
-        with open(entry, "rb") as f:
-            return _decode(marshal.loads(f.read()))
+        f = open_private(entry)
+        if f is not None:
+            with f:
+                return _decode(marshal.loads(f.read()))
     except (OSError, EOFError, ValueError, TypeError):
         pass
     profile = load(path, threads=threads)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from heapscope import __version__
+from heapscope.files import open_private
 from heapscope.formats.scan import DumpCounts, StackTable
 from heapscope.model import Mapping
 
@@ -101,7 +102,10 @@ class ScanCache:
     def _load(self) -> None:
         assert self.file is not None
         try:
-            with open(self.file, "rb") as f:
+            f = open_private(self.file)
+            if f is None:
+                raise FileNotFoundError(self.file)
+            with f:
                 data = marshal.loads(f.read())
             self._decode(data)
         except (OSError, EOFError, ValueError, TypeError, IndexError, KeyError):

@@ -13,6 +13,7 @@ import contextlib
 import os
 from typing import Any
 
+from heapscope.files import open_private
 from heapscope.symbols.elf import ElfInfo
 from heapscope.symbols.llvm import RawFrame
 
@@ -71,8 +72,11 @@ class SymbolCache:
         try:
             import json  # here: heapscope.symbols.ahead imports this module first thing
 
-            with open(path, encoding="utf-8") as fh:
-                data = json.loads(fh.read())
+            fh = open_private(path)
+            if fh is None:
+                return None
+            with fh:
+                data = json.loads(fh.read().decode("utf-8"))
             return _decode(data)
         except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
             return None

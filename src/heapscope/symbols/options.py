@@ -23,7 +23,21 @@ def default_cache_dir() -> str:
     if env:
         return env
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not _mine(os.path.dirname(base) if not os.path.exists(base) else base):
+        # Under `sudo -E` HOME and XDG_CACHE_HOME are still the invoking user's: root's
+        # caches are root's own, never files in a folder another user controls.
+        import pwd
+
+        base = os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".cache")
     return os.path.join(base, "heapscope")
+
+
+def _mine(path: str) -> bool:
+    """True when ``path`` is missing or belongs to the effective user."""
+    try:
+        return os.stat(path).st_uid == os.geteuid()
+    except OSError:
+        return True
 
 
 # The default of SymbolOptions' debuginfod_urls and cache_dir: read from the environment
