@@ -303,6 +303,21 @@ def test_pprof_export_of_numbers_that_do_not_fit_is_one_line(tmp_path: Path) -> 
         assert not out.exists()
 
 
+def test_escape_sequences_in_a_dump_never_reach_the_terminal(tmp_path: Path) -> None:
+    """A memory map naming a file with a window-title sequence, a bell and a right-to-left
+    override: the warning that names it shows them as escapes."""
+    evil = "/nonexistent/\x1b]0;owned\x07\u202eprog"
+    dump = tmp_path / "jeprof.1.0.f.heap"
+    dump.write_text("heap_v2/524288\n  t*: 1: 64 [0: 0]\n@ 0x400100\n  t*: 1: 64 [0: 0]\n"
+                    "\nMAPPED_LIBRARIES:\n"
+                    f"00400000-00401000 r-xp 00000000 00:00 0   {evil}\n")
+    p = hs("top", str(dump), cache=tmp_path / "c", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "\\x1b]0;owned\\x07\\u202eprog" in p.stderr, p.stderr
+    raw = [c for c in p.stderr + p.stdout if c in "\x1b\x07\u202e"]
+    assert not raw, repr(p.stderr)
+
+
 def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.heap.gz"
     bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))

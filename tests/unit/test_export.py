@@ -345,6 +345,11 @@ def test_collapsed_cleans_separators() -> None:
 
     assert clean_name("a;b\nc") == "a:b c"
     assert buf.getvalue().count("\n") == 1
+    # A name from a hostile binary: a window-title sequence, bell, backspace and a
+    # right-to-left override are written as visible escapes, never as themselves.
+    hostile = clean_name("f\x1b]0;owned\x07\x08\u202eevil")
+    assert hostile == "f\\x1b]0:owned\\x07\\x08\\u202eevil", hostile
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f or c == "\u202e" for c in hostile)
 
 
 def test_callgrind_golden(golden: Any) -> None:

@@ -17,6 +17,7 @@ from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, is_session, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.options import ModuleFacts, default_cache_dir
+from heapscope.terminal import clean
 
 if TYPE_CHECKING:
     from heapscope.analysis.ownership import ProcessFacts
@@ -179,7 +180,8 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
         text = str(d)
         if text not in seen:
             seen.add(text)
-            print(f"heapscope: {text}", file=sys.stderr)
+            # Paths and names come from dumps: no escape sequence reaches the terminal.
+            print(f"heapscope: {clean(text)}", file=sys.stderr)
 
 
 def empty_dump(profile: Profile) -> bool:

@@ -13,13 +13,16 @@ from typing import TextIO
 
 from heapscope.analysis.aggregate import NO_STACK
 from heapscope.model import Location, Profile
+from heapscope.terminal import clean
 
 
 def clean_name(name: str) -> str:
-    """A frame name safe for one collapsed line: no separators, no line breaks."""
+    """A frame name safe for one collapsed line: no separators, no line breaks, and no
+    other control or direction-changing character (written as a visible escape: whatever
+    shows the file, a terminal or a flame graph, must not obey it)."""
     if ";" in name or "\n" in name or "\r" in name:
         name = name.replace(";", ":").replace("\n", " ").replace("\r", " ")
-    return name
+    return clean(name)
 
 
 def frame_names(loc: Location) -> tuple[str, ...]:
