@@ -95,3 +95,16 @@ def test_missed_rounds_do_not_hide_a_leak(tmp_path: Path) -> None:
     (proc,) = r.processes
     assert proc.verdict == "leaks"
     assert gate(r, 0, None) == LEAK_EXIT
+
+
+def test_growing_beside_a_small_leak_still_counts(tmp_path: Path) -> None:
+    """Three dumps: one site leaks a little (a steady 7 samples a dump, a leak already),
+    another grows by ~20 MiB with too much scatter to be sure. The process "leaks", and
+    --fail-on-leak holds both against it: the growing site alone crosses 10 MiB (a
+    process verdict of "leaks" used to drop its growing sites from the gate)."""
+    r = report(tmp_path, {0x100: [5, 12, 19], 0x200: [20, 60, 62]})
+    (proc,) = r.processes
+    verdicts = {f.function: f.verdict for f in r.findings}
+    assert proc.verdict == "leaks" and proc.growing_bytes > 15 * MIB, (verdicts, proc)
+    assert proc.leak_bytes < 10 * MIB, proc
+    assert gate(r, 10 * MIB, None) == LEAK_EXIT

@@ -202,9 +202,11 @@ class ProcessFinding:
 
     @property
     def fail_bytes(self) -> float:
-        """What ``--fail-on-leak`` holds against the process: its leaks, and the growth of a
-        series too short to tell a leak from a cache that is still filling (fail closed)."""
-        return self.leak_bytes + (self.growing_bytes if self.verdict == "undecided" else 0.0)
+        """What ``--fail-on-leak`` holds against the process: its leaks, and the growth of
+        its sites that grew without proof either way (fail closed), also beside a leak (a
+        3-dump series with one small leak and one big `growing` site must not pass a
+        threshold the growing site alone crosses)."""
+        return self.leak_bytes + self.growing_bytes
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, the report.json ``processes`` schema."""
