@@ -112,29 +112,16 @@ class Tally:
 def families(runs: int, seed: int) -> str:
     """Markdown: per family and length, the share called leak and the interval coverage."""
     tallies: dict[tuple[str, str, int], Tally] = collections.defaultdict(Tally)
-    for truth_kind, cases in (("leak", ls.leak_cases()), ("not a leak", ls.null_cases())):
-        for case in cases:
-            if case.n not in FAMILY_LENGTHS:
-                continue
-            rng = np.random.default_rng([seed, zlib.crc32(case.label.encode())])
-            s = ls.simulate(case.plan, case.n, case.period, runs, rng)
-            c = s.counts.astype(float)
-            y = c * (s.size / s.p)
-            truth = ls._objects(case.plan.leak, s.p) * s.size \
-                if truth_kind == "leak" and not case.plan.leak_start else None
-            tallies[(truth_kind, _family(case.name), case.n)].add(_judge(s), c, y, truth)
-    for truth_kind, bcases in (("leak", ls.block_leak_cases()),
-                               ("not a leak", ls.block_null_cases())):
-        for b in bcases:
-            if b.n not in FAMILY_LENGTHS:
-                continue
-            rng = np.random.default_rng([seed, zlib.crc32(b.label.encode())])
-            bs = ls.simulate_blocks(b.plan, b.n, b.period, runs, rng)
-            c = bs.counts.astype(float)
-            j = trend.judge_counts(c, bs.bytes, bs.objects)
-            truth = (b.plan.rate if b.plan.kind == "pool" else b.plan.rate * b.plan.size) \
-                if truth_kind == "leak" else None
-            tallies[(truth_kind, _family(b.name), b.n)].add(j, c, bs.bytes, truth)
+    cases: list[ls.Case | ls.BlockCase] = [*ls.leak_cases(), *ls.null_cases(),
+                                           *ls.block_leak_cases(), *ls.block_null_cases()]
+    for case in cases:
+        if case.n not in FAMILY_LENGTHS:
+            continue
+        rng = np.random.default_rng([seed, zlib.crc32(case.label.encode())])
+        c, y, objects, truth = ls.observe(case, runs, rng)
+        kind = "leak" if case.plan.truth == ls.LEAK else "not a leak"
+        tallies[(kind, _family(case.name), case.n)].add(
+            trend.judge_counts(c, y, objects), c, y, truth)
     lines = ["| truth | family | " + " | ".join(f"{n} dumps" for n in FAMILY_LENGTHS) + " |",
              "|---|---|" + "---|" * len(FAMILY_LENGTHS)]
     names = sorted({(k[0], k[1]) for k in tallies})

@@ -500,3 +500,21 @@ def block_null_cases() -> list[BlockCase]:
                                    BlockPlan(NOT_LEAK, "pool", rate=2 * MIB, stop=stop,
                                              preload=1), n))
     return cases
+
+
+def observe(case: Case | BlockCase, runs: int, rng: np.random.Generator
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
+    """``runs`` runs of ``case`` as a dump series shows them: (sampled counts, estimated
+    bytes, estimated objects), runs × dumps, and the true leak rate in bytes per dump (None
+    where the truth is not a leak, or not one rate: a leak that starts late)."""
+    if isinstance(case, BlockCase):
+        b = simulate_blocks(case.plan, case.n, case.period, runs, rng)
+        p = case.plan
+        rate = (p.rate if p.kind == "pool" else p.rate * p.size) if p.truth == LEAK else None
+        return b.counts.astype(float), b.bytes, b.objects, rate
+    s = simulate(case.plan, case.n, case.period, runs, rng)
+    c = s.counts.astype(float)
+    leaking = case.plan.truth == LEAK and not case.plan.leak_start
+    # the simulator allocates whole objects: the rate is theirs, not the plan's samples
+    truth = _objects(case.plan.leak, s.p) * s.size if leaking else None
+    return c, c * (s.size / s.p), c / s.p, truth

@@ -531,6 +531,24 @@ class PgCluster:
             raise ScenarioError(f"psql failed ({proc.returncode}): {proc.stderr}")
         return [line for line in proc.stdout.splitlines() if line.strip()]
 
+    def pgbench(self, script: Path, clients: int, rate: int | None, app: str,
+                seconds: int) -> subprocess.Popen[str]:
+        """pgbench running ``script`` for ``seconds`` with ``clients`` (at ``rate``
+        transactions a second when given) under application_name ``app``; its output is
+        the Popen's stdout."""
+        argv = [str(self.install.tool("pgbench")), "-n", "-h", str(self.sock), "-U",
+                "postgres", "-c", str(clients), "-T", str(seconds), "-f", str(script)]
+        if rate:
+            argv += ["-R", str(rate)]
+        env = dict(clean_env(), PGAPPNAME=app)
+        return subprocess.Popen([*argv, "postgres"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    def backends(self, app: str) -> list[int]:
+        """The pids of the backends serving application_name ``app``."""
+        out = self.psql(f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'")
+        return [int(x) for x in out if x.strip().isdigit()]
+
     def leak_session(self, module: Path, calls: int = PG_LEAK_CALLS) -> int:
         """In one session: create leak_top from *module*, call it; return the backend pid."""
         sql = build.leakext_sql(module).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")

@@ -44,22 +44,6 @@ LEAK_CHUNK = 16384
 LEAK_PER_CALL = 16 * 20480
 
 
-def _pgbench(cluster: PgCluster, script: Path, clients: int, rate: int | None,
-             app: str) -> subprocess.Popen[str]:
-    argv = [str(cluster.install.tool("pgbench")), "-n", "-h", str(cluster.sock), "-U",
-            "postgres", "-c", str(clients), "-T", str(SECONDS), "-f", str(script)]
-    if rate:
-        argv += ["-R", str(rate)]
-    env = dict(sc.clean_env(), PGAPPNAME=app)
-    return subprocess.Popen([*argv, "postgres"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def _pids(cluster: PgCluster, app: str) -> list[int]:
-    out = cluster.psql(f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'")
-    return [int(x) for x in out if x.strip().isdigit()]
-
-
 @pytest.fixture(scope="module")
 def loaded(pg_cluster: PgCluster, leakext_so: Path, heapscope_cache: Path,
            libjemalloc: Path) -> dict[str, Any]:
@@ -78,10 +62,10 @@ def loaded(pg_cluster: PgCluster, leakext_so: Path, heapscope_cache: Path,
         sql = sc.build.leakext_sql(leakext_so).replace("CREATE FUNCTION",
                                                        "CREATE OR REPLACE FUNCTION")
         pg_cluster.psql(sql)
-        load = _pgbench(pg_cluster, load_sql, 3, None, "load")
-        leak = _pgbench(pg_cluster, leak_sql, 1, 4, "leaker")
+        load = pg_cluster.pgbench(load_sql, 3, None, "load", SECONDS)
+        leak = pg_cluster.pgbench(leak_sql, 1, 4, "leaker", SECONDS)
         time.sleep(2)
-        pids = {"leaker": _pids(pg_cluster, "leaker"), "load": _pids(pg_cluster, "load"),
+        pids = {"leaker": pg_cluster.backends("leaker"), "load": pg_cluster.backends("load"),
                 "postmaster": pg_cluster.postmaster_pid()}
         outputs = []
         for p in (load, leak):

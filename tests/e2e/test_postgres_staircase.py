@@ -95,22 +95,6 @@ class Staircase:
         return max(sites, key=lambda s: s["bytes"])
 
 
-def _pgbench(cluster: PgCluster, script: Path, clients: int, rate: int | None,
-             app: str) -> subprocess.Popen[str]:
-    argv = [str(cluster.install.tool("pgbench")), "-n", "-h", str(cluster.sock), "-U",
-            "postgres", "-c", str(clients), "-T", str(SECONDS), "-f", str(script)]
-    if rate:
-        argv += ["-R", str(rate)]
-    env = dict(sc.clean_env(), PGAPPNAME=app)
-    return subprocess.Popen([*argv, "postgres"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def _pids(cluster: PgCluster, app: str) -> list[int]:
-    out = cluster.psql(f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'")
-    return [int(x) for x in out if x.strip().isdigit()]
-
-
 def _pool_bytes(cluster: PgCluster, pid: int, log: Path) -> int:
     """The pool's blocks in backend ``pid`` as the server counts them: it logs its memory
     contexts when asked (at its next interrupt check, a query or two later)."""
@@ -148,11 +132,12 @@ def staircase(pg_cluster: PgCluster, leakext_so: Path, heapscope_cache: Path,
         sql = sc.build.leakext_sql(leakext_so).replace("CREATE FUNCTION",
                                                        "CREATE OR REPLACE FUNCTION")
         pg_cluster.psql(sql)
-        runs = {"leaker": _pgbench(pg_cluster, scripts / "leak.sql", 1, RATE, "leaker"),
-                "pool": _pgbench(pg_cluster, scripts / "pool.sql", 1, RATE, "pool"),
-                "load": _pgbench(pg_cluster, scripts / "load.sql", 3, None, "load")}
+        runs = {app: pg_cluster.pgbench(scripts / f"{name}.sql", clients, rate, app, SECONDS)
+                for app, name, clients, rate in (("leaker", "leak", 1, RATE),
+                                                 ("pool", "pool", 1, RATE),
+                                                 ("load", "load", 3, None))}
         time.sleep(2)
-        pids = {app: _pids(pg_cluster, app) for app in runs}
+        pids = {app: pg_cluster.backends(app) for app in runs}
         postmaster = pg_cluster.postmaster_pid()
         assert postmaster is not None
         pids["postmaster"] = [postmaster]

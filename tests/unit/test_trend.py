@@ -407,33 +407,20 @@ def test_rate_intervals_cover_the_true_rate() -> None:
     hits: collections.Counter[tuple[str, int]] = collections.Counter()
     seen: collections.Counter[tuple[str, int]] = collections.Counter()
     runs = 100
-    for case in ls.leak_cases():
-        if case.plan.leak_start:
-            continue  # the rate before the leak began is not one rate
+    cases: list[ls.Case | ls.BlockCase] = [*ls.leak_cases(), *ls.block_leak_cases()]
+    for case in cases:
         rng = np.random.default_rng([REPORT_SEEDS + 3, zlib.crc32(case.label.encode())])
-        s = ls.simulate(case.plan, case.n, case.period, runs, rng)
-        c = s.counts.astype(float)
-        y = c * (s.size / s.p)
-        truth = ls._objects(case.plan.leak, s.p) * s.size  # objects a dump × their size
-        j = trend.judge_counts(c, y, c / s.p)
-        key = ("churn" if case.plan.transient else "small", case.n)
+        c, y, objects, truth = ls.observe(case, runs, rng)
+        if truth is None:
+            continue  # a late leak: the rate before it began is not one rate
+        j = trend.judge_counts(c, y, objects)
+        family = case.plan.kind if isinstance(case, ls.BlockCase) else \
+            "churn" if case.plan.transient else "small"
         for i in range(runs):
             t = trend.describe(j, i, c, y, None)
             if t.verdict in (trend.LEAK, trend.GROWING):
-                seen[key] += 1
-                hits[key] += _covers(t, truth)
-    for bcase in ls.block_leak_cases():
-        rng = np.random.default_rng([REPORT_SEEDS + 3, zlib.crc32(bcase.label.encode())])
-        b = ls.simulate_blocks(bcase.plan, bcase.n, bcase.period, runs, rng)
-        c, y = b.counts.astype(float), b.bytes
-        j = trend.judge_counts(c, y, b.objects)
-        truth = bcase.plan.rate if bcase.plan.kind == "pool" else \
-            bcase.plan.rate * bcase.plan.size
-        for i in range(runs):
-            t = trend.describe(j, i, c, y, None)
-            if t.verdict in (trend.LEAK, trend.GROWING):
-                seen[(bcase.plan.kind, bcase.n)] += 1
-                hits[(bcase.plan.kind, bcase.n)] += _covers(t, truth)
+                seen[(family, case.n)] += 1
+                hits[(family, case.n)] += _covers(t, truth)
     total = sum(hits.values()) / sum(seen.values())
     print(f"\ninterval coverage {total:.3f} over {sum(seen.values())} runs")
     for key in sorted(seen):
