@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
+import zlib
 from pathlib import Path
 
 import jemalloc as je
@@ -323,6 +326,75 @@ def test_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
     bomb.write_bytes(gzip.compress(b"heap_v2/524288\n" + b" " * (64 << 20)))
     p = hs("top", str(bomb), cache=tmp_path / "c", env={"HEAPSCOPE_MAX_INPUT": str(1 << 20)})
     _one_line_error(p, bomb, "HEAPSCOPE_MAX_INPUT")
+
+
+def _peak_rss_mb(*args: str, env: dict[str, str] | None = None
+                 ) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run heapscope in a fresh parent that reports its one child's peak RSS (MiB)."""
+    wrapper = ("import resource, subprocess, sys\n"
+               "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+               "sys.stderr.write(p.stderr); sys.stdout.write(p.stdout)\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+               "sys.exit(p.returncode)\n")
+    full = [sys.executable, "-c", wrapper, *je.HEAPSCOPE_CMD, *args]
+    env_all = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    q = subprocess.run(full, env={**env_all, **(env or {})}, capture_output=True, text=True,
+                       timeout=600)
+    *rest, peak = q.stderr.strip().splitlines()
+    q.stderr = "\n".join(rest)
+    assert "Traceback" not in q.stderr, q.stderr
+    return int(peak) / 1024, q
+
+
+_RECORD = b"heap_v2/524288\n  t*: 1: 64 [0: 0]\n@ 0x400100\n  t*: 1: 64 [0: 0]\n"
+_MAPS = b"\nMAPPED_LIBRARIES:\n00400000-00401000 r-xp 00000000 00:00 0 /bin/true\n"
+
+
+def _gzip_of_newlines(path: Path, mib: int) -> None:
+    """A gzip member: a dump's record, ``mib`` MiB of newlines, its memory map."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with path.open("wb") as f:
+        f.write(c.compress(_RECORD))
+        block = b"\n" * (1 << 20)
+        for _ in range(mib):
+            f.write(c.compress(block))
+        f.write(c.compress(_MAPS) + c.flush())
+
+
+def test_blank_lines_cost_no_memory(tmp_path: Path) -> None:
+    """256 MiB of blank lines (a 256 KB gzip) inside a valid dump: read in bounded memory
+    (it once took 9 bytes per input byte: 2.3 GB here) and reported as the one record."""
+    dump = tmp_path / "blank.heap.gz"
+    _gzip_of_newlines(dump, 256)
+    peak, p = _peak_rss_mb("top", "--format", "json", "--show-bytes", str(dump),
+                           env={"HEAPSCOPE_CACHE_DIR": str(tmp_path / "c")})
+    assert p.returncode == 0, p.stderr
+    assert float(json.loads(p.stdout)["total"]) == pytest.approx(64 / (1 - math.exp(-64 / 524288)))
+    assert peak < 100, f"peak RSS {peak:.0f} MiB for 256 MiB of blank lines"
+
+
+def test_a_gzip_past_the_default_limit_is_refused_early(tmp_path: Path) -> None:
+    """600 MiB of newlines (a 600 KB gzip) expands past the default 512 MiB: refused with a
+    one-line error before it is held (the limit was 4 GiB: a 3 MB gzip took 24 GB)."""
+    dump = tmp_path / "big.heap.gz"
+    _gzip_of_newlines(dump, 600)
+    peak, p = _peak_rss_mb("top", str(dump), env={"HEAPSCOPE_CACHE_DIR": str(tmp_path / "c")})
+    _one_line_error(p, dump, "expands to more than 536870912 bytes (HEAPSCOPE_MAX_INPUT")
+    assert peak < 100, f"peak RSS {peak:.0f} MiB"
+
+
+def test_line_numbers_after_blank_lines(tmp_path: Path) -> None:
+    """A bad line after one blank line keeps its true number; after a run of blank lines
+    the error says how it counts."""
+    one = tmp_path / "one.heap"
+    one.write_bytes(_RECORD + b"\n@ 0xzz\n")
+    _one_line_error(hs("top", str(one), cache=tmp_path / "c"), one,
+                    "line 6: bad address '0xzz' in stack")
+    run = tmp_path / "run.heap"
+    run.write_bytes(_RECORD + b"\n \n\t\n\n@ 0xzz\n")
+    _one_line_error(hs("top", str(run), cache=tmp_path / "c"), run,
+                    "line 6: bad address '0xzz' in stack (counting each run of blank lines "
+                    "as one line)")
 
 
 def _heapscope_total(path: Path, cache: Path) -> tuple[float, str]:

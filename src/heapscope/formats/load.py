@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 from heapscope.errors import InputError
 from heapscope.files import NotRegularFile, open_regular
@@ -59,35 +60,166 @@ def dump_order(path: str) -> tuple[int, int, int, str]:
 
 
 MAX_INPUT_ENV = "HEAPSCOPE_MAX_INPUT"
-DEFAULT_MAX_INPUT = 4 << 30  # bytes a compressed input may expand to
+# The largest real dumps measured are 19 MB of text (65,000 stacks at lg_prof_sample:0, see
+# bench/); a dump of 512 MiB would hold about 1.7 million such stacks. More than that is
+# refused before it is held, unless $HEAPSCOPE_MAX_INPUT allows it.
+DEFAULT_MAX_INPUT = 512 << 20
+_CHUNK = 1 << 22  # bytes read (or decompressed) at a time
+# A run of lines holding only blanks, after the newline that ends the line before it.
+_BLANK_RUN = re.compile(rb"\n[ \t\r\n]*\n")
 
 
 def max_input() -> int:
-    """How many bytes a compressed input may expand to: $HEAPSCOPE_MAX_INPUT (bytes), else
-    4 GiB (far above real dumps, far below what a few-MB "gzip bomb" can expand to)."""
+    """How many bytes of text one input may hold (after decompression, blank lines not
+    counted): $HEAPSCOPE_MAX_INPUT (bytes), else 512 MiB (27 times the largest real dump
+    measured, far below what a few-MB "gzip bomb" can expand to)."""
     try:
         return max(1, int(os.environ.get(MAX_INPUT_ENV, "")[:20]))
     except ValueError:
         return DEFAULT_MAX_INPUT
 
 
+def _too_big(path: str, cap: int, what: str) -> InputError:
+    return InputError(path, f"{what} more than {cap} bytes ({MAX_INPUT_ENV}=BYTES to allow more)")
+
+
+def _gunzip_pieces(data: bytes, more: Callable[[], bytes], cap: int, path: str
+                   ) -> Iterator[bytes]:
+    """The decompressed text of gzip ``data`` (then of ``more()`` until it is empty), every
+    member, a piece at a time; refused as soon as it expands past ``cap`` bytes."""
+    total = 0
+    d: Any = None  # zlib's decompressor (its class is not importable for a type)
+    while True:
+        if not data:
+            data = more()
+            if not data:
+                if d is None or not d.eof:
+                    raise EOFError("truncated gzip stream")
+                return
+        if d is None or d.eof:
+            data = data.lstrip(b"\x00")  # padding between members
+            if not data:
+                continue
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        piece = d.decompress(data, _CHUNK)
+        data = d.unused_data if d.eof else d.unconsumed_tail
+        total += len(piece)
+        if total > cap:
+            raise _too_big(path, cap, "expands to")
+        if piece:
+            yield piece
+
+
 def gunzip(data: bytes, path: str) -> bytes:
     """Decompress gzip ``data`` (all members) up to :func:`max_input` bytes."""
+    return b"".join(_gunzip_pieces(data, lambda: b"", max_input(), path))
+
+
+class _Text:
+    """A dump's text gathered a piece at a time: runs of blank lines become one blank line
+    (a gigabyte of newlines costs a few MB, not gigabytes), at most ``cap`` bytes kept."""
+
+    def __init__(self, path: str, cap: int) -> None:
+        self.path = path
+        self.cap = cap
+        self.kept: list[bytes] = []
+        self.size = 0
+        self.dropped = 0  # blank lines left out
+        self._open: list[bytes] = []  # the start of a line whose end has not come yet
+
+    def add(self, piece: bytes) -> None:
+        """Take the next piece of the text."""
+        cut = piece.rfind(b"\n") + 1
+        if cut == 0:
+            self._open.append(piece)
+            self._grew(len(piece))
+            return
+        body = piece[:cut]
+        if self._open:
+            body = b"".join([*self._open, body])
+            self._open = []
+        self._keep(body)
+        if cut < len(piece):
+            self._open.append(piece[cut:])
+            self._grew(len(piece) - cut)
+
+    def _keep(self, body: bytes) -> None:
+        # Real dumps have one empty line (before MAPPED_LIBRARIES): left as it is, without
+        # copying, and line numbers stay true.
+        if any(m.end() - m.start() > 2 for m in _BLANK_RUN.finditer(body)):
+            lines = body.count(b"\n")
+            body = _BLANK_RUN.sub(b"\n\n", body)
+            self.dropped += lines - body.count(b"\n")
+        self.kept.append(body)
+        self._grew(len(body))
+
+    def _grew(self, n: int) -> None:
+        self.size += n
+        if self.size > self.cap:
+            raise _too_big(self.path, self.cap, "holds")
+
+    def data(self) -> bytes:
+        """The text gathered, as bytes."""
+        return b"".join([*self.kept, *self._open])
+
+
+def _read_bytes(path: str) -> tuple[bytes, int]:
+    """The bytes of a dump (decompressed; runs of blank lines made one) and how many blank
+    lines were left out, with one-line errors."""
     cap = max_input()
-    out = []
-    total = 0
-    while data:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        chunk = d.decompress(data, cap - total + 1)
-        total += len(chunk)
-        if total > cap or d.unconsumed_tail:
-            raise InputError(path, f"expands to more than {cap} bytes ({MAX_INPUT_ENV}=BYTES "
-                                   "to allow more)")
-        out.append(chunk)
-        if not d.eof:
-            raise EOFError("truncated gzip stream")
-        data = d.unused_data.lstrip(b"\x00")
-    return b"".join(out)
+    try:
+        with open_regular(path) as f:
+            head = f.read(_CHUNK)
+            if not head:
+                raise InputError(path, "empty file (is the dump still being written?)")
+            gz = head[:2] == _GZIP_MAGIC
+            pieces = (_gunzip_pieces(head, lambda: f.read(_CHUNK), cap, path) if gz
+                      else _plain_pieces(head, lambda: f.read(_CHUNK)))
+            text = _Text(path, cap)
+            first = True
+            for piece in pieces:
+                if first and b"\x00" in piece[:4096]:
+                    return _binary(path, piece, pieces, cap), 0
+                first = False
+                text.add(piece)
+            if first:
+                raise InputError(path, "empty file inside gzip")
+            return text.data(), text.dropped
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a dump file") from None
+    except PermissionError:
+        raise InputError(path, "permission denied") from None
+    except NotRegularFile:
+        raise InputError(path, "not a regular file (a FIFO, device or socket?)") from None
+    except (EOFError, zlib.error):
+        raise InputError(path, "corrupt or truncated gzip data") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _plain_pieces(head: bytes, more: Callable[[], bytes]) -> Iterator[bytes]:
+    piece = head
+    while piece:
+        yield piece
+        piece = more()
+
+
+def _binary(path: str, first: bytes, rest: Iterator[bytes], cap: int) -> bytes:
+    """Binary input (no dump has a NUL byte): read whole, up to ``cap``, to say what it is."""
+    parts = [first]
+    size = len(first)
+    for piece in rest:
+        size += len(piece)
+        if size > cap:
+            raise _too_big(path, cap, "holds")
+        parts.append(piece)
+    data = b"".join(parts)
+    if _looks_like_pprof(data):
+        raise InputError(path, "a pprof profile (profile.proto), not a jemalloc heap "
+                               "dump: read it with go tool pprof")
+    raise InputError(path, "binary data, not a jemalloc heap profile")
 
 
 def _looks_like_pprof(data: bytes) -> bool:
@@ -100,40 +232,23 @@ def _looks_like_pprof(data: bytes) -> bool:
     return bool(doc.get("sample_type")) and bool(doc.get("string_table"))
 
 
-def read_text(path: str) -> str:
-    """Read a dump's text, transparently decompressing gzip, with one-line errors."""
+def _read(path: str) -> tuple[str, int]:
+    """A dump's text (see :func:`read_text`) and how many blank lines were left out of it."""
+    data, dropped = _read_bytes(path)
     try:
-        with open_regular(path) as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a dump file") from None
-    except PermissionError:
-        raise InputError(path, "permission denied") from None
-    except NotRegularFile:
-        raise InputError(path, "not a regular file (a FIFO, device or socket?)") from None
-    except OSError as e:
-        raise InputError(path, f"cannot read: {e.strerror or e}") from None
-    if not data:
-        raise InputError(path, "empty file (is the dump still being written?)")
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gunzip(data, path)
-        except (OSError, EOFError, zlib.error):
-            raise InputError(path, "corrupt or truncated gzip data") from None
-        if not data:
-            raise InputError(path, "empty file inside gzip")
-    if b"\x00" in data[:4096]:
-        if _looks_like_pprof(data):
-            raise InputError(path, "a pprof profile (profile.proto), not a jemalloc heap "
-                                   "dump: read it with go tool pprof")
-        raise InputError(path, "binary data, not a jemalloc heap profile")
-    try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), dropped
     except UnicodeDecodeError:
         # Paths in the memory map may be in any encoding; keep going rather than refuse.
-        return data.decode("latin-1")
+        return data.decode("latin-1"), dropped
+
+
+def read_text(path: str) -> str:
+    """Read a dump's text, transparently decompressing gzip, with one-line errors.
+
+    Memory is bounded by what the text holds, not by the file's size: it is read a piece at
+    a time, runs of blank lines are kept as one, and more than :func:`max_input` bytes of
+    text (or of decompressed data) is refused as soon as it is reached."""
+    return _read(path)[0]
 
 
 def _first_line(lines: list[str]) -> str:
@@ -148,7 +263,18 @@ def load(path: str, *, threads: bool = False, cache: ParseCache | None = None) -
 
     ``cache`` shares parsed stacks between the dumps of one process (a series).
     """
-    text = read_text(path)
+    text, dropped = _read(path)
+    try:
+        return _parse(path, text, threads=threads, cache=cache)
+    except InputError as e:
+        if dropped and e.problem.startswith("line "):
+            # The parsers count the lines they were given; say how those differ.
+            raise InputError(path, f"{e.problem} (counting each run of blank lines as one "
+                                   "line)") from None
+        raise
+
+
+def _parse(path: str, text: str, *, threads: bool, cache: ParseCache | None) -> Profile:
     lines = text[:4096].splitlines()
     first = _first_line(lines)
     if first.startswith("heap_v2/"):
