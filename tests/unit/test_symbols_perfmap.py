@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 from heapscope.model import Mapping
@@ -108,3 +109,26 @@ def test_only_maps_of_the_process_user_or_root_and_not_writable_by_others(tmp_pa
     link = tmp_path / "perf-43.map"
     link.symlink_to(m)
     assert untrusted(str(link), {me, 65534}) == "not a regular file"
+
+
+def test_reading_is_bounded_by_the_entries(tmp_path: Path) -> None:
+    """64 MiB of blank lines, a line longer than any name and a last line still being
+    written: the two whole entries are read, in a few MB (a read of the whole text and
+    its split into lines once took 10 bytes per blank line)."""
+    path = tmp_path / "perf-1.map"
+    with path.open("wb") as f:
+        f.write(b"1000 10 first\n")
+        f.write(b"\n" * (64 << 20))
+        f.write(b"3000 10 " + b"x" * (1 << 20) + b"\n")
+        f.write(b"2000 10 second\n")
+        f.write(b"4000 10 half-writ")
+    tracemalloc.start()
+    try:
+        perf = PerfMap.read(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert perf.lookup(0x1004) == ("first", 0x1000)
+    assert perf.lookup(0x2004) == ("second", 0x2000)
+    assert perf.lookup(0x3004) is None and perf.lookup(0x4004) is None
+    assert peak < 8 << 20, f"peak {peak >> 20} MiB"
