@@ -11,14 +11,17 @@ a positive growth rate. The shipped alert rules pass ``promtool check rules`` an
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -543,3 +546,77 @@ def test_duty_cycle_leaves_sampling_off_between_windows(
     assert between is False
     assert prof_active()  # a clean stop leaves sampling on, as the target started
     assert len(list((tmp_path / "state").glob("*/dumps/*.heap"))) >= 1
+
+
+def _certificates(folder: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed, and a
+    client certificate from another CA: made by the real openssl."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True,
+                       timeout=60)
+
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            f"/CN={ca}", "-keyout", f"{ca}.key", "-out", f"{ca}.crt")
+    (folder / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name, ca, extra in (("server", "ca", ("-extfile", "san.cnf")), ("client", "ca", ()),
+                            ("stranger", "other-ca", ())):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
+            f"{name}.key", "-out", f"{name}.csr")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", *extra)
+    return {p.stem + p.suffix: p for p in folder.iterdir()}
+
+
+def test_metrics_over_tls_only_for_clients_with_a_certificate(tmp_path: Path) -> None:
+    """--tls-cert/--tls-key/--tls-client-ca: /metrics is served over HTTPS, and only to a
+    client presenting a certificate the given CA signed; plain HTTP, no certificate and a
+    certificate from another CA get nothing."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl not installed: apt-get install openssl")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    c = _certificates(certs)
+    (tmp_path / "dumps").mkdir()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    agent = subprocess.Popen(
+        [*je.HEAPSCOPE_CMD, "agent", "--dumps", str(tmp_path / "dumps"), "--every", "1",
+         "--listen", f"127.0.0.1:{port}", "--state", str(tmp_path / "state"),
+         "--tls-cert", str(c["server.crt"]), "--tls-key", str(c["server.key"]),
+         "--tls-client-ca", str(c["ca.crt"])],
+        env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+        stderr=subprocess.PIPE, text=True)
+    url = f"https://127.0.0.1:{port}/metrics"
+
+    def fetch(client: str | None) -> str:
+        ctx = ssl.create_default_context(cafile=str(c["ca.crt"]))
+        if client:
+            ctx.load_cert_chain(str(c[f"{client}.crt"]), str(c[f"{client}.key"]))
+        with urllib.request.urlopen(url, timeout=10, context=ctx) as r:
+            return str(r.read().decode())
+
+    try:
+        body = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not body:
+            try:
+                body = fetch("client")
+            except (ConnectionRefusedError, urllib.error.URLError) as e:
+                if not isinstance(getattr(e, "reason", e), ConnectionRefusedError):
+                    raise
+                time.sleep(0.5)
+        refused = []
+        for who in (None, "stranger"):
+            with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+                fetch(who)
+            refused.append(who)
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    assert "heapscope_" in body, body[:300]
+    assert refused == [None, "stranger"]
+    assert agent.returncode == 0 and "Traceback" not in err, err
+    assert f"serving https://127.0.0.1:{port}/metrics" in err and "warning" not in err, err

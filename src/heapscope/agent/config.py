@@ -11,6 +11,9 @@ limits); ``listen``, ``state`` and ``pyroscope`` need a restart. Example::
     max_disk = "2G"
     pyroscope = "http://pyroscope.internal:4040"
     parca = "http://parca.internal:7070"
+    tls_cert = "/etc/heapscope/agent.crt"  # serve /metrics over HTTPS
+    tls_key = "/etc/heapscope/agent.key"
+    tls_client_ca = "/etc/heapscope/scrapers-ca.crt"  # and only to clients it signed
 
     [[target]]
     match = "postgres: .* (idle|active)"   # a command-line pattern
@@ -37,7 +40,8 @@ from heapscope.files import open_regular
 from heapscope.units import parse_size
 
 #: Settings that only take effect when the agent starts.
-AT_START = ("listen", "state", "pyroscope", "parca", "push_queue")
+AT_START = ("listen", "state", "pyroscope", "parca", "push_queue", "tls_cert", "tls_key",
+            "tls_client_ca")
 
 
 @dataclass
@@ -61,6 +65,9 @@ class Settings:
     push_queue: int = 64
     timeout: float = 30.0
     active: float = 0.0
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
 
     def problems(self) -> list[str]:
         """What makes these settings unusable (empty when they are fine)."""
@@ -85,6 +92,11 @@ class Settings:
                 re.compile(m)
             except re.error as e:
                 out.append(f"match {m!r}: {e}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            out.append("tls_cert and tls_key go together (a certificate and its key)")
+        if self.tls_client_ca and not self.tls_cert:
+            out.append("tls_client_ca needs tls_cert and tls_key (client certificates are "
+                       "checked over TLS)")
         for name in ("pyroscope", "parca"):
             url = getattr(self, name)
             if url and not url.startswith(("http://", "https://")):

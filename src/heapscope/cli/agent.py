@@ -17,8 +17,13 @@ from heapscope.agent.config import AT_START, Settings
 from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
+from heapscope.terminal import clean
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client import CollectorRegistry
+
     from heapscope.agent.watch import Agent
     from heapscope.symbols import SymbolOptions
 
@@ -85,6 +90,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "those windows allocated (default 0: always on)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="bound on one attach (default 30)")
+    p.add_argument("--tls-cert", metavar="FILE",
+                   help="serve /metrics over HTTPS with this certificate (PEM; with --tls-key)")
+    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    p.add_argument("--tls-client-ca", metavar="FILE",
+                   help="answer only clients whose certificate this CA signed (mutual TLS: "
+                        "the scraper authenticates)")
     p.add_argument("--rounds", type=int, default=0, metavar="N",
                    help="stop after N rounds (default: run until SIGTERM)")
     add_symbol_options(p)
@@ -101,6 +112,31 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a name: it may resolve to anything
+
+
+def _serve(s: Settings, host: str, port: int, reg: CollectorRegistry
+           ) -> tuple[WSGIServer, threading.Thread]:
+    """Start serving /metrics: plain HTTP, or HTTPS (TLS 1.2 at least) when a certificate
+    is given, asking every client for a certificate signed by ``tls_client_ca`` when set."""
+    import ssl
+
+    from prometheus_client import start_http_server
+
+    for name in ("tls_cert", "tls_key", "tls_client_ca"):
+        path = getattr(s, name)
+        if path and not os.path.isfile(path):  # a FIFO would block the TLS set-up
+            raise UsageError(f"--{name.replace('_', '-')} {path}: no such file")
+    try:
+        return start_http_server(
+            port, addr=host, registry=reg, certfile=s.tls_cert or None,
+            keyfile=s.tls_key or None, client_cafile=s.tls_client_ca or None,
+            client_auth_required=bool(s.tls_client_ca),
+            tls_min_version=ssl.TLSVersion.TLSv1_2 if s.tls_cert else None)
+    except ssl.SSLError as e:
+        raise UsageError(f"--tls-cert/--tls-key/--tls-client-ca: cannot use them "
+                         f"({e.reason or e})") from None
+    except OSError as e:
+        raise UsageError(f"--listen {s.listen}: {e.strerror or e}") from None
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -121,7 +157,8 @@ def settings(args: argparse.Namespace) -> Settings:
         "every": args.every,
         "window": args.window, "top": args.top, "listen": args.listen, "state": args.state,
         "pyroscope": args.pyroscope, "parca": args.parca, "push_queue": args.push_queue,
-        "timeout": args.timeout, "active": args.active,
+        "timeout": args.timeout, "active": args.active, "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key, "tls_client_ca": args.tls_client_ca,
         "max_disk": parse_size(args.max_disk, "--max-disk") if args.max_disk else None,
         "min_free": parse_size(args.min_free, "--min-free") if args.min_free else None,
     }
@@ -145,8 +182,6 @@ def _apply(agent: Agent, s: Settings, symbols: SymbolOptions) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope agent``."""
-    from prometheus_client import start_http_server
-
     from heapscope.agent.metrics import registry
     from heapscope.agent.push import Pusher
     from heapscope.agent.targets import Selection
@@ -161,17 +196,18 @@ def run(args: argparse.Namespace) -> int:
     _apply(agent, s, symbols)
     reg, pause = registry(agent, lambda: s.top)
     agent.on_pause = pause.observe
-    try:
-        server, thread = start_http_server(port, addr=host, registry=reg)
-    except OSError as e:
-        raise UsageError(f"--listen {s.listen}: {e.strerror or e}") from None
-    print(f"heapscope agent: serving http://{s.listen}/metrics, state in {s.state}",
+    server, thread = _serve(s, host, port, reg)
+    scheme = "https" if s.tls_cert else "http"
+    print(f"heapscope agent: serving {scheme}://{s.listen}/metrics, state in {s.state}",
           file=sys.stderr)
-    if not _loopback(host):
+    if not _loopback(host) and not s.tls_client_ca:
+        how = ("encrypted, but any client may read it" if s.tls_cert
+               else "with no encryption and no authentication")
         print(f"heapscope agent: warning: /metrics on {s.listen} can be read from the "
-              "network with no authentication, and it names process ids, programs, "
-              "functions and source files; listen on 127.0.0.1 and put a proxy with TLS and "
-              "authentication in front of it (README: the agent)", file=sys.stderr)
+              f"network {how}, and it names process ids, programs, functions and source "
+              "files; give --tls-cert, --tls-key and --tls-client-ca (scrapers present a "
+              "certificate), or listen on 127.0.0.1 behind a proxy that authenticates "
+              "(README: the agent)", file=sys.stderr)
     stop = threading.Event()
     reload = threading.Event()
 
@@ -215,7 +251,7 @@ def _reload(args: argparse.Namespace, old: Settings, agent: Agent,
     try:
         new = settings(args)
     except HeapscopeError as e:
-        print(f"heapscope agent: config not reloaded: {e}", file=sys.stderr)
+        print(f"heapscope agent: config not reloaded: {clean(str(e))}", file=sys.stderr)
         return old
     ignored = [k for k in AT_START if getattr(new, k) != getattr(old, k)]
     for k in ignored:
