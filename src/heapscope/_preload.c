@@ -14,7 +14,9 @@
  *   never closing a descriptor whose inode is not the one it made.
  * - jemalloc's messages (malloc_message: its leak summary at exit, a dump it could not write)
  *   are appended to the file $HEAPSCOPE_JEMALLOC_LOG, one line each with the pid in front,
- *   and also written to stderr as jemalloc would, except its exit-time leak summary.
+ *   and also written to stderr as jemalloc would, except its exit-time leak summary. The
+ *   file is also kept open from the start (at a high number, checked by inode before each
+ *   use) for processes that switch to a user who may not open it.
  *
  * Requests, one per connection, are lines "<r|w> <type> <name> [<value>]" ended by an empty
  * line: type b bool, u unsigned, z size_t, s ssize_t, q uint64, t string, n none; a string
@@ -55,6 +57,16 @@ static ino_t listen_ino;
 static pid_t sock_pid;
 static message_fn previous_message;
 
+/* Far from the low numbers programs close, reuse and hand to children. */
+static int high_floor(void) {
+    struct rlimit rl;
+    int floor = 600;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < 1200)
+        floor = (int)rl.rlim_cur / 2;
+    return floor;
+}
+
 static bool still_ours(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == listen_ino;
@@ -85,12 +97,7 @@ static int make_socket(void) {
         close_if_ours(s, ino);
         return -1;
     }
-    /* Far from the low numbers programs close, reuse and hand to children. */
-    struct rlimit rl;
-    int floor = 600;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < 1200)
-        floor = (int)rl.rlim_cur / 2;
+    int floor = high_floor();
     int high = floor > 10 ? fcntl(s, F_DUPFD_CLOEXEC, floor) : -1;
     if (high >= 0) {
         if (inode_of(high) != ino) { /* the number was the program's by then */
@@ -329,17 +336,51 @@ static bool is_summary(const char *s) {
            strstr(s, "<jemalloc>: Leak summary") == s || strstr(s, "<jemalloc>: Run jeprof") == s;
 }
 
+/* The log as opened at start, for a process that later switches to a user who may not open
+ * it (a daemon's workers): known by device and inode, and never written once the program has
+ * closed it or reused its number for a file of its own. */
+static int log_fd = -1;
+static dev_t log_dev;
+static ino_t log_ino;
+
+static void keep_log(void) {
+    int fd = open(log_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return;
+    }
+    int floor = high_floor();
+    int high = floor > 10 ? fcntl(fd, F_DUPFD_CLOEXEC, floor) : -1;
+    if (high >= 0) { /* single-threaded here: both numbers are still ours */
+        close(fd);
+        fd = high;
+    }
+    log_fd = fd;
+    log_dev = st.st_dev;
+    log_ino = st.st_ino;
+}
+
+static bool log_still_ours(void) {
+    struct stat st;
+    return log_fd >= 0 && fstat(log_fd, &st) == 0 && st.st_dev == log_dev &&
+           st.st_ino == log_ino;
+}
+
 static void on_message(void *cbopaque, const char *s) {
     char pid[24];
     int n = snprintf(pid, sizeof pid, "%d\t", (int)getpid());
     size_t len = strlen(s);
     int fd = log_path[0] ? open(log_path, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
+    bool opened = fd >= 0;
+    if (!opened && log_still_ours()) fd = log_fd;
     bool kept = false;
     if (fd >= 0) {
         struct iovec iov[3] = {{pid, (size_t)n}, {(void *)s, len}, {"\n", 1}};
         int parts = len && s[len - 1] == '\n' ? 2 : 3;
         kept = writev(fd, iov, parts) > 0;
-        close(fd);
+        if (opened) close(fd);
     }
     if (kept && is_summary(s)) return;
     if (previous_message) {
@@ -374,7 +415,10 @@ __attribute__((constructor)) static void heapscope_preload_init(void) {
         return;
     strcpy(dir, d);
     const char *log = getenv("HEAPSCOPE_JEMALLOC_LOG");
-    if (log && strlen(log) < sizeof log_path) strcpy(log_path, log);
+    if (log && strlen(log) < sizeof log_path) {
+        strcpy(log_path, log);
+        keep_log();
+    }
     free(malloc(1)); /* jemalloc set up (and its fork handlers registered) before ours */
     hook_messages();
     pthread_atfork(NULL, NULL, after_fork_in_child);

@@ -2,7 +2,8 @@
 in a process without stopping it.
 
 The helper's thread in each process listens on ``$HEAPSCOPE_CTL/<pid>.sock``; heapscope finds
-the folder in the process's environment (``/proc/PID/environ``), connects, checks that the
+the folder in the process's environment (``/proc/PID/environ``) or, for a process that wrote
+its title over it, as the folder its helper library is mapped from; connects, checks that the
 peer really is that process (``SO_PEERCRED``), sends the calls and reads their results. A
 process without the helper (not started by ``heapscope run``, a static program, a helper that
 could not start) raises :class:`NoHelper`, and the caller reaches it another way.
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 
 from heapscope.capture.access import DumpOwner
 from heapscope.capture.mallctl import AttachError, CallResult
-from heapscope.files import create_new
+from heapscope.files import create_new, open_regular
 
 ENV_DIR = "HEAPSCOPE_CTL"
 ENV_LOG = "HEAPSCOPE_JEMALLOC_LOG"
@@ -47,7 +48,8 @@ def library() -> str | None:
 
 
 def control_dir(pid: int) -> str | None:
-    """The helper's socket folder named in the process's environment, if any."""
+    """The helper's socket folder named in the process's environment, else the folder its
+    helper library was loaded from, if any."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = f.read()
@@ -57,6 +59,21 @@ def control_dir(pid: int) -> str | None:
     for item in env.split(b"\0"):
         if item.startswith(key):
             return os.fsdecode(item[len(key):])
+    # Daemons that set their process title (nginx, postgres, sshd) write it over the memory
+    # /proc/PID/environ shows; the helper library stays mapped from its folder.
+    return _library_dir(pid)
+
+
+def _library_dir(pid: int) -> str | None:
+    tail = b"/" + LIBRARY_NAME.encode()
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            for line in f:
+                path = line.rstrip(b"\n").split(None, 5)[5:]
+                if path and path[0].endswith(tail):
+                    return os.fsdecode(path[0][:-len(tail)])
+    except OSError:
+        return None
     return None
 
 
@@ -240,7 +257,8 @@ def read_log(path: str) -> list[tuple[int, str]]:
     """(pid, message line) of each line the helpers appended to ``jemalloc.log``."""
     out: list[tuple[int, str]] = []
     try:
-        with open(path, "rb") as f:
+        # Only a regular file: a FIFO at its name would block the end of the run.
+        with open_regular(path) as f:
             data = f.read(16 << 20)
     except OSError:
         return out
