@@ -151,8 +151,10 @@ def fetch_debuginfo(
         # Only a clean "not found" everywhere is remembered; network errors are retried.
         with contextlib.suppress(OSError):
             os.makedirs(folder, exist_ok=True)
-            with open(miss, "w"):
-                pass
+            # Without blocking: opening a FIFO left at that name to write would wait for a
+            # reader forever (it fails at once instead, and the miss is not remembered).
+            os.close(os.open(miss, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+                             | getattr(os, "O_CLOEXEC", 0), 0o666))
     return None
 
 

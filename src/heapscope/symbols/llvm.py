@@ -9,15 +9,17 @@ because LLVM 14 leaves Rust legacy names and some C++ names mangled.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from heapscope.errors import ToolError
+from heapscope.files import open_regular
 
 ENV_VAR = "HEAPSCOPE_SYMBOLIZER"
 INSTALL_HINT = (
@@ -71,16 +73,131 @@ def find_symbolizer() -> str:
 FLAGS = ("--output-style=JSON", "--inlines", "--no-demangle", "--functions=linkage")
 
 
+class _Objects:
+    """The names one llvm-symbolizer process reads object files by: a link per file in a
+    private folder of its own.
+
+    LLVM also opens files it finds from the one it is given: beside it, the file its
+    ``.gnu_debuglink`` names and ``<path>.dwp``; in its debuginfod cache, the entry for
+    its build-id. Another user may have made a FIFO at such a name (beside a file in /tmp
+    that a dump maps; in their home, where the cache is under sudo), and LLVM's open of it
+    waits forever. Beside a link in this folder it finds only what is put there (the
+    ``.dwp`` when that is a regular file); a debuglink that leads out of the folder is
+    refused (:func:`_check_debuglink`); the debuginfod cache is this folder too
+    (:meth:`env`). A file known before the process starts is linked to the descriptor the
+    process inherits (``/proc/self/fd/N``): the very file opened here as a regular file,
+    whatever is put at its path meanwhile. One named later, to a process started ahead, is
+    linked to its path, checked to be a regular file just before.
+    """
+
+    __slots__ = ("files", "folder", "links", "names")
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.folder = tempfile.mkdtemp(prefix="heapscope-objects-")
+        self.names: dict[str, str] = {}  # a file's path -> the name LLVM reads it by
+        self.links: list[str] = []  # everything made in the folder
+        self.files: list[BinaryIO] = []  # open until the process has inherited them
+
+    def name(self, path: str, inherit: bool = True) -> str:
+        """The name to give LLVM for ``path`` (quotable on an input line when the folder's
+        path is); OSError (:class:`heapscope.files.NotRegularFile` for a FIFO) when it is
+        not a regular ELF file LLVM may be given. ``inherit``: the process is yet to be
+        started with :attr:`fds`."""
+        got = self.names.get(path)
+        if got is None:
+            got = os.path.join(self.folder, str(len(self.names)))
+            self._link(path, got, inherit, check=True)
+            with contextlib.suppress(OSError):  # none, or not a regular file: LLVM sees none
+                self._link(path + ".dwp", got + ".dwp", inherit, check=False)
+            self.names[path] = got
+        return got
+
+    def _link(self, path: str, link: str, inherit: bool, check: bool) -> None:
+        f = open_regular(path)
+        try:
+            if check:
+                _check_debuglink(f, path)
+            # fd 0-2 of the process are its own pipes, whatever this side's numbers are.
+            if inherit and f.fileno() > 2 and os.path.isdir("/proc/self/fd"):
+                os.symlink(f"/proc/self/fd/{f.fileno()}", link)
+                self.files.append(f)
+            else:
+                os.symlink(os.path.abspath(path), link)
+                f.close()
+        except BaseException:
+            f.close()
+            raise
+        self.links.append(link)
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The descriptors the process must inherit (``pass_fds``)."""
+        return tuple(f.fileno() for f in self.files)
+
+    def env(self) -> dict[str, str]:
+        """The process's environment. LLVM's debuginfod client looks into its cache (in the
+        user's home, even under sudo) for every file: that cache is this folder instead,
+        which holds none. It asks no server either: heapscope asks them itself, within its
+        own timeout, and the debug file found is what LLVM is given."""
+        env = dict(os.environ)
+        env.pop("DEBUGINFOD_URLS", None)
+        env["DEBUGINFOD_CACHE_PATH"] = self.folder
+        return env
+
+    def started(self) -> None:
+        """Close this side's descriptors: the process has its own."""
+        for f in self.files:
+            f.close()
+        self.files.clear()
+
+    def remove(self) -> None:
+        """Remove the folder (the process has ended)."""
+        self.started()
+        with contextlib.suppress(OSError):
+            for link in self.links:
+                os.unlink(link)
+            os.rmdir(self.folder)
+        self.links.clear()
+
+
+def _check_debuglink(f: BinaryIO, path: str) -> None:
+    """OSError unless ``f`` is an ELF file whose .gnu_debuglink names nothing outside the
+    folder it is linked in: LLVM appends the name to that folder as it is, and ``..`` in it
+    would lead anywhere (to a FIFO, say)."""
+    from heapscope.symbols.elfread import SHF_COMPRESSED, ElfError, ElfHeaders
+
+    try:
+        elf = ElfHeaders(f, path)
+        if elf.sections_truncated:  # a debuglink could be among the sections not read
+            raise OSError("corrupt ELF file (truncated section header table)")
+        for sec in elf.sections:
+            # LLVM takes any section called so, leading dots and underscores aside, and
+            # reads its bytes as they are.
+            if sec.name.lstrip("._") != "gnu_debuglink" or not sec.has_data:
+                continue
+            if sec.sh_flags & SHF_COMPRESSED:
+                raise OSError(f"its {sec.name} section is compressed")
+            name = elf.data(sec).split(b"\0", 1)[0]
+            if b".." in name.split(b"/"):
+                raise OSError(f"its {sec.name} names {name.decode('utf-8', 'replace')!r}, "
+                              "outside the binary's folder")
+    except ElfError as exc:  # "PATH: what is wrong"
+        raise OSError(str(exc).removeprefix(f"{path}: ")) from exc
+
+
 class Ahead:
     """An llvm-symbolizer process started before its addresses are known, for one file.
 
     It was sent one address of the file (the priming line), so LLVM has loaded itself and
     read the file's DWARF index by the time the real lookup comes; :meth:`finish` sends the
     lookup's lines and returns the answers after the priming one. Input lines name the file
-    (``"path" 0xADDR``), so the process is started without ``--obj``.
+    (``"name" 0xADDR``, the name :meth:`name` gives), so the process is started without
+    ``--obj``.
     """
 
-    __slots__ = ("answers", "executable", "path", "proc")
+    __slots__ = ("answers", "executable", "objects", "path", "proc")
 
     def __init__(self, executable: str, path: str, vaddr: int) -> None:
         import subprocess
@@ -88,33 +205,49 @@ class Ahead:
 
         self.executable = executable
         self.path = path
-        # Answers go to a file for the reason given in _run.
-        self.answers = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish/stop)
+        self.objects = _Objects()
+        try:
+            primed = self.objects.name(path)
+            # Answers go to a file for the reason given in _run.
+            self.answers = tempfile.TemporaryFile()  # noqa: SIM115 (closed by finish/stop)
+        except OSError:
+            self.objects.remove()
+            raise
         try:
             self.proc = subprocess.Popen(
                 [executable, *FLAGS], stdin=subprocess.PIPE, stdout=self.answers,
-                stderr=subprocess.PIPE, text=True, errors="surrogateescape")
+                stderr=subprocess.PIPE, text=True, errors="surrogateescape",
+                pass_fds=self.objects.fds, env=self.objects.env())
         except OSError:
             self.answers.close()
+            self.objects.remove()
             raise
+        self.objects.started()
         stdin = self.proc.stdin
         assert stdin is not None  # stdin=PIPE
         try:
-            stdin.write(f'"{path}" {vaddr:#x}\n')
+            stdin.write(f'"{primed}" {vaddr:#x}\n')
             stdin.flush()
         except OSError:
             self.stop()
             raise
 
+    def name(self, path: str) -> str:
+        """The name of ``path`` on this process's input lines; OSError when it is not a
+        regular file."""
+        return self.objects.name(path, inherit=False)
+
     def finish(self, lines: str) -> tuple[int, str, str] | None:
-        """Send ``lines`` (each naming this file), wait for the process; its exit status,
-        the answers after the priming one, and stderr. None when the process cannot take
-        them (it went away): the caller then starts one of its own."""
+        """Send ``lines`` (each naming a file by :meth:`name`), wait for the process; its
+        exit status, the answers after the priming one, and stderr. None when the process
+        cannot take them (it went away): the caller then starts one of its own."""
         try:
             _, stderr = self.proc.communicate(lines)
         except OSError:
             self.stop()
             return None
+        finally:
+            self.objects.remove()
         with self.answers:
             self.answers.seek(0)
             stdout = _decoded(self.answers.read())
@@ -128,6 +261,7 @@ class Ahead:
         self.proc.kill()
         self.proc.communicate()
         self.answers.close()
+        self.objects.remove()
 
 
 # Processes started ahead (:mod:`heapscope.symbols.ahead`), by the file each was primed for.
@@ -184,9 +318,7 @@ class LlvmSymbolizer:
         """Resolve ``vaddrs`` (ELF virtual addresses) of the object ``path`` in one process."""
         if not vaddrs:
             return []
-        returncode, stdout, stderr = self._run_lookup(
-            [path], lambda: "".join(f'"{path}" {v:#x}\n' for v in vaddrs),
-            [self.executable, f"--obj={path}", *FLAGS], "".join(f"{v:#x}\n" for v in vaddrs))
+        returncode, stdout, stderr = self._run_lookup([(path, vaddrs)], alone=True)
         if returncode != 0:
             detail = stderr.strip().splitlines()[-1:] or [f"exit status {returncode}"]
             raise BackendError(f"llvm-symbolizer failed on {path}: {detail[0]}")
@@ -209,23 +341,27 @@ class LlvmSymbolizer:
         """Resolve the addresses of several objects in one process (each input line names its
         object): one start-up instead of one per object. Per object, its answers or why it
         could not be read. Objects whose path cannot be written on such a line (a double
-        quote or a line end in it) and runs that fail as a whole go one by one."""
+        quote or a line end in it), objects LLVM must not be given (:class:`_Refused`) and
+        runs that fail as a whole go one by one."""
         quotable = [not any(c in path for c in '"\n\r') for path, _ in requests]
-        todo = [(path, vaddrs) for (path, vaddrs), ok in zip(requests, quotable, strict=True)
-                if ok and vaddrs]
+        todo = [(k, path, vaddrs) for k, ((path, vaddrs), ok)
+                in enumerate(zip(requests, quotable, strict=True)) if ok and vaddrs]
         answers: dict[int, list[list[RawFrame]] | BackendError] = {}
-        if len(todo) > 1:
-            stdin = "".join(f'"{path}" {v:#x}\n' for path, vaddrs in todo for v in vaddrs)
-            returncode, stdout, _stderr = self._run_lookup(
-                [path for path, _ in todo], lambda: stdin, [self.executable, *FLAGS], stdin)
+        while len(todo) > 1:
+            try:
+                returncode, stdout, _stderr = self._run_lookup(
+                    [(path, vaddrs) for _, path, vaddrs in todo], alone=False)
+            except _Refused as exc:
+                # That file goes alone below (and is refused there); the others still share.
+                todo = [t for t in todo if t[1] != exc.path]
+                continue
             lines = [ln for ln in stdout.split("\n") if ln.strip()]
-            if returncode == 0 and len(lines) == sum(len(v) for _, v in todo):
+            if returncode == 0 and len(lines) == sum(len(v) for *_, v in todo):
                 at = 0
-                for k, ((path, vaddrs), ok) in enumerate(zip(requests, quotable, strict=True)):
-                    if not ok or not vaddrs:
-                        continue
+                for k, path, vaddrs in todo:
                     answers[k] = _answers(path, lines[at:at + len(vaddrs)])
                     at += len(vaddrs)
+            break
         out: list[list[list[RawFrame]] | BackendError] = []
         for k, (path, vaddrs) in enumerate(requests):
             got = answers.get(k)
@@ -238,20 +374,69 @@ class LlvmSymbolizer:
         return out
 
 
-    def _run_lookup(self, paths: Sequence[str], named: Callable[[], str], cmd: list[str],
-                    stdin: str) -> tuple[int, str, str]:
-        """One llvm-symbolizer run: the process started ahead for one of ``paths`` when
-        there is one (sent ``named()``, lines naming their file), else ``cmd`` fed ``stdin``;
-        its exit status, stdout and stderr."""
-        self.calls += 1
-        ahead = _take_ahead(self.executable, paths)
-        ran = ahead.finish(named()) if ahead is not None else None
+    def _run_lookup(self, requests: Sequence[tuple[str, Sequence[int]]], alone: bool
+                    ) -> tuple[int, str, str]:
+        """One llvm-symbolizer run for the vaddrs of each file of ``requests``: the process
+        started ahead for one of the files when there is one, else a new process (given the
+        one file with ``--obj`` when ``alone``); its exit status, stdout and stderr.
+        :class:`_Refused` for a file LLVM must not be given (:class:`_Objects`)."""
+        ran = None
+        ahead = _take_ahead(self.executable, [path for path, _ in requests])
+        if ahead is not None:
+            try:
+                lines = _lines(requests, ahead.name)
+            except OSError:
+                ahead.stop()  # a file LLVM must not be given: the new run below says which
+            else:
+                ran = ahead.finish(lines)
         if ran is None:
             try:
-                ran = _run(cmd, stdin)
+                objects = _Objects()
             except OSError as exc:
-                raise ToolError(f"cannot run {self.executable}: {exc}; {INSTALL_HINT}") from exc
+                raise ToolError(f"cannot run {self.executable}: no private folder for its "
+                                f"input files ({exc})") from exc
+            try:
+                names = {}
+                for path, _ in requests:
+                    try:
+                        names[path] = objects.name(path)
+                    except OSError as exc:
+                        raise _Refused(path, exc.strerror or str(exc)) from exc
+                if alone:
+                    ((path, vaddrs),) = requests
+                    cmd = [self.executable, f"--obj={names[path]}", *FLAGS]
+                    stdin = "".join(f"{v:#x}\n" for v in vaddrs)
+                else:
+                    cmd = [self.executable, *FLAGS]
+                    stdin = _lines(requests, names.__getitem__)
+                try:
+                    ran = _run(cmd, stdin, objects.fds, objects.env())
+                except OSError as exc:
+                    raise ToolError(f"cannot run {self.executable}: {exc}; "
+                                    f"{INSTALL_HINT}") from exc
+            finally:
+                objects.remove()
+        self.calls += 1
         return ran
+
+
+class _Refused(BackendError):
+    """A file llvm-symbolizer is not given: not a regular file (any more), or an ELF file
+    that would lead it to open others outside its folder."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"llvm-symbolizer cannot read {path}: {why}")
+        self.path = path
+
+
+def _lines(requests: Sequence[tuple[str, Sequence[int]]], name: Callable[[str], str]) -> str:
+    """Input lines asking for the vaddrs of each file of ``requests``, a file being called
+    ``name(path)`` on them."""
+    out = []
+    for path, vaddrs in requests:
+        called = name(path)
+        out += [f'"{called}" {v:#x}\n' for v in vaddrs]
+    return "".join(out)
 
 
 def _answers(path: str, lines: list[str]) -> list[list[RawFrame]] | BackendError:
@@ -266,9 +451,10 @@ def _answers(path: str, lines: list[str]) -> list[list[RawFrame]] | BackendError
     return out
 
 
-def _run(cmd: list[str], stdin: str) -> tuple[int, str, str]:
-    """Run ``cmd`` with ``stdin``; its exit status, stdout and stderr (text, as ``text=True``
-    with surrogateescape would give them)."""
+def _run(cmd: list[str], stdin: str, fds: tuple[int, ...] = (),
+         env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run ``cmd`` with ``stdin`` (and the descriptors ``fds``, in ``env``); its exit status,
+    stdout and stderr (text, as ``text=True`` with surrogateescape would give them)."""
     # The answers go to a temporary file, not a pipe: llvm-symbolizer flushes after every
     # answer, and 8,000 small pipe writes, each waking the reader, took 0.30 s where the
     # same run writing a file takes 0.17 s.
@@ -281,11 +467,12 @@ def _run(cmd: list[str], stdin: str) -> tuple[int, str, str]:
     except OSError:
         # No writable temporary folder: a pipe works too, only slower.
         proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True,
-                              errors="surrogateescape", check=False)
+                              errors="surrogateescape", check=False, pass_fds=fds, env=env)
         return proc.returncode, proc.stdout, proc.stderr
     with answers:
         proc = subprocess.run(cmd, input=stdin, stdout=answers, stderr=subprocess.PIPE,
-                              text=True, errors="surrogateescape", check=False)
+                              text=True, errors="surrogateescape", check=False, pass_fds=fds,
+                              env=env)
         answers.seek(0)
         stdout = _decoded(answers.read())
     return proc.returncode, stdout, proc.stderr
