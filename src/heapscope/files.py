@@ -27,6 +27,10 @@ class NotRegularFile(OSError):
 def open_regular(path: str) -> BinaryIO:
     """``open(path, "rb")`` for a regular file; :class:`NotRegularFile` for anything else
     (a FIFO, device, socket or folder), raised without waiting on it."""
+    if "\0" in path:
+        # No file has such a name (a damaged memory map gives one): an OSError like any
+        # other missing file, not the ValueError os.open() raises.
+        raise FileNotFoundError(errno.ENOENT, "no such file (a NUL byte in the name)", path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)

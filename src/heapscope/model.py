@@ -285,3 +285,24 @@ class Profile:
     def total(self, index: int) -> float:
         """Sum of one value over all samples."""
         return sum(s.values[index] for s in self.samples)
+
+
+ADDRESS_LIMIT = 1 << 64  # addresses, and a memory map's numbers, are 64-bit
+
+
+def wide_address(profile: Profile) -> int | None:
+    """The first stack address or memory-map number of ``profile`` that is negative or does
+    not fit in 64 bits, or None. Readers keep such damage (the rest of the dump may still be
+    shown); a file written for other programs must not hold it (pprof's fields cannot, and
+    a number of thousands of digits is past what JSON writers and readers take)."""
+    for a in profile.addresses():
+        if not 0 <= a < ADDRESS_LIMIT:
+            return a
+    for m in profile.mappings:
+        for n in (m.start, m.limit, m.offset):
+            if not 0 <= n < ADDRESS_LIMIT:
+                return n
+    for a in profile.locations:
+        if not 0 <= a < ADDRESS_LIMIT:
+            return a
+    return None

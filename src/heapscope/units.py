@@ -37,6 +37,17 @@ def percent(part: float, total: float) -> str:
     return f"{100.0 * part / total:.1f}%"
 
 
+def short_number(value: float, *, hexadecimal: bool = False) -> str:
+    """A number for a one-line message: whole when it has at most 80 bits; a damaged dump's
+    wider one (thousands of digits, past what ``str()`` even converts) as its first hex
+    digits and its width."""
+    if isinstance(value, int) and value.bit_length() > 80:
+        return f"{value:#x}"[:22] + f"… ({value.bit_length()} bits)"
+    if hexadecimal and isinstance(value, int):
+        return f"{value:#x}"
+    return str(value)
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 

@@ -1,19 +1,27 @@
-"""A fuzz campaign against every reader: mutations of real inputs, counted, crashes kept.
+"""A fuzz campaign against every reader and writer: mutations of real inputs, counted, crashes
+kept.
 
     python -m tests.fuzz.campaign --inputs 1000000 --jobs 2 --out fuzz-findings/
 
-Each input is a seed of the target (real dumps of every dialect, the symbolized JSON and
-profile.proto written from them, a perf map, suppressions, a session manifest) changed by a
-few random mutations: bit flips, byte and chunk insertions, deletions and duplications,
-splices of two seeds, line deletions/duplications/swaps, numbers replaced by edge values
+Readers (targets.py) read the input; writers (writers.py) read a fuzzed dump as the commands
+do and write it with each of heapscope's writers (export formats, reports, flame graph, call
+graph, a diff of two dumps, round trips through the files heapscope reads back), checking
+that the output is well formed. Each input is a seed of the target (real dumps of every
+dialect, the symbolized JSON and profile.proto written from them, a perf map, suppressions,
+a session manifest) changed by a few random mutations: bit flips, byte and chunk
+insertions, deletions and duplications, splices of two seeds, line
+deletions/duplications/swaps, numbers replaced by edge values
 (0, -1, 2^63, 2^64, 19 and 5,000 digits, nan, inf), JSON values replaced by other types or
 deep nesting, truncation; one input in eight is random bytes. This is a mutational fuzzer
 seeded from real files, not a coverage-guided one.
 
-A crash is an exception the target does not allow (see targets.py); a hang is an input
+A crash is an exception the target does not allow (see targets.py and writers.py, where
+malformed output raises too); a hang is an input
 that runs past ``--timeout`` seconds (SIGALRM). Each distinct crash (target, exception type,
 innermost heapscope frame) is saved once under ``--out`` with its input. The summary prints
-inputs per target, crashes and hangs. Deterministic for a given ``--seed``.
+inputs per target, how many of them the target took without an error ("passed": for a
+writer, read and written), crashes and hangs. Deterministic for a given ``--seed``.
+Shrunk crash inputs are kept as regression cases in findings/ (see its README).
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fuzz.targets import TARGETS, Target
+from tests.fuzz.targets import READERS, Target
+from tests.fuzz.writers import WRITERS
+
+TARGETS = READERS + WRITERS  # every target, readers first
 
 EDGE_NUMBERS = [b"0", b"-1", b"1", b"9223372036854775807", b"9223372036854775808",
                 b"18446744073709551616", b"9" * 19, b"9" * 20, b"9" * 5000, b"nan", b"inf",
@@ -132,6 +143,8 @@ class Result:
     """What one worker found."""
 
     inputs: dict[str, int] = field(default_factory=dict)
+    # inputs the target went through without an error (for a writer: read and written)
+    passed: dict[str, int] = field(default_factory=dict)
     crashes: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # key -> (tb, input)
     hangs: dict[str, bytes] = field(default_factory=dict)
 
@@ -164,6 +177,7 @@ def run_worker(args: tuple[int, int, float] | tuple[int, int, float, tuple[str, 
             signal.setitimer(signal.ITIMER_REAL, timeout)
             try:
                 t.run(data, scratch)
+                out.passed[t.name] = out.passed.get(t.name, 0) + 1
             except Hang:
                 out.hangs.setdefault(t.name, data)
             except t.allowed:
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a hang")
     ap.add_argument("--out", default="fuzz-findings", help="folder for crashing inputs")
     ap.add_argument("--target", action="append", default=[],
-                    help="fuzz only this reader (repeatable): " + ", ".join(
+                    help="fuzz only this target (repeatable): " + ", ".join(
                         t.name for t in TARGETS))
     args = ap.parse_args(argv)
     total = Result()
@@ -211,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in campaign(args.inputs, args.jobs, args.seed, args.timeout, tuple(args.target)):
         for k, v in r.inputs.items():
             total.inputs[k] = total.inputs.get(k, 0) + v
+        for k, v in r.passed.items():
+            total.passed[k] = total.passed.get(k, 0) + v
         for k, v in r.crashes.items():
             total.crashes.setdefault(k, v)
         for k, h in r.hangs.items():
@@ -228,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, data in total.hangs.items():
             with open(os.path.join(args.out, f"hang-{name}.bin"), "wb") as f:
                 f.write(data)
-    print(json.dumps({"inputs": total.inputs, "total": sum(total.inputs.values()),
+    print(json.dumps({"inputs": total.inputs, "passed": total.passed,
+                      "total": sum(total.inputs.values()),
                       "seconds": round(time.time() - start),
                       "crashes": sorted(total.crashes), "hangs": sorted(total.hangs)}, indent=2))
     return 1 if total.crashes or total.hangs else 0

@@ -1,5 +1,7 @@
 """The readers the fuzz campaign feeds, and what each may answer to bad input.
 
+(The writers it feeds, a fuzzed dump read and then written out, are in writers.py.)
+
 A target takes the input's bytes and a scratch file path. It must return, or raise one of
 the exceptions it lists in ``allowed`` (a one-line :class:`InputError` for every reader a
 user gives files to; ``ValueError`` for the profile.proto decoder, which only tests use).
@@ -142,7 +144,7 @@ MANIFEST = json.dumps({
                 "/lib/libc.so.6": "cd" * 20},
 })
 
-TARGETS = (
+READERS = (
     Target("heap_v2+legacy", _dump, (InputError,), _dump_seeds),
     Target("scan", _scan, (InputError,), _dump_seeds),
     Target("symbolized-json", _json_profile, (InputError,), _json_seeds),

@@ -84,6 +84,19 @@ def test_mutated_dumps_read_the_same(seed: str, at: int, drop: int, insert: str)
     assert _parsed(text) == _reference(text)
 
 
+def test_a_record_after_a_lone_line_break_in_the_header() -> None:
+    """A thread line ended by a lone carriage return (or another break Python's splitlines
+    knows) followed by the first record: every path reads that record (the compiled one
+    once took it as part of the header and lost it; hypothesis found the case)."""
+    for brk in ("\r", "\x0b", "\x85"):
+        text = ("heap_v2/524288\n  t*: 10: 5242880 [0: 0]\n  t1: 4: 4194304 [0: 0]" + brk
+                + "@ 0x7f0000001010 0x555555555200\n  t*: 6: 1048576 [0: 0]\n"
+                "@ 0x7f0000002020\n  t*: 4: 4194304 [0: 0]\n\nMAPPED_LIBRARIES:\n")
+        got = _parsed(text)
+        assert got == _reference(text), brk
+        assert not isinstance(got, str) and [s.values[0] for s in got[0]] == [6.0, 4.0], brk
+
+
 def _dump(rng: random.Random) -> str:
     """A well-formed dump in the shapes jemalloc writes, with the variations it allows."""
     addrs = [rng.choice(["0x", ""]) + f"{rng.getrandbits(rng.choice([12, 47, 64])):x}"

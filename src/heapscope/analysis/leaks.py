@@ -10,6 +10,7 @@ and memory a forked child inherited from its parent is not counted as the child'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,23 @@ _ORDER = {LEAK: 0, GROWING: 1, trend.BOUNDED: 2, trend.CHURN: 3, LIVE: 4, trend.
 _LOADER_PREFIX = "ld-linux"
 MAX_FINDINGS = 1000  # sites listed per process (every non-steady one, then the biggest)
 LIVE_FLOOR = 0.0002  # single dumps list sites holding at least this share of the process
+
+
+def json_numbers(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with every infinite or NaN float written as None: JSON has no such numbers
+    (Python would write ``Infinity``, which jq and every strict reader refuse). A z of
+    counts known exactly is infinite: its ``null`` sits beside ``exact_counts: true``."""
+    return {k: _finite_or_none(v) for k, v in doc.items()}
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return json_numbers(value)
+    if isinstance(value, list | tuple):
+        return [_finite_or_none(v) for v in value]
+    return value
 
 
 @dataclass
@@ -120,7 +138,7 @@ class Finding:
             out["at_exit_bytes"] = self.at_exit
         if self.suppressed_by:
             out["suppressed_by"] = self.suppressed_by
-        return out
+        return json_numbers(out)
 
 
 def _per_s_interval(t: trend.Trend) -> list[float] | None:
@@ -210,17 +228,18 @@ class ProcessFinding:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, the report.json ``processes`` schema."""
-        return {"pid": self.pid, "ppid": self.ppid, "exe": self.exe, "cmdline": self.cmdline,
-                "role": self.role, "dumps": self.dumps, "judged_dumps": self.judged,
-                "live_bytes": self.live_bytes, "leak_bytes": self.leak_bytes,
-                "growing_bytes": self.growing_bytes, "bounded_bytes": self.bounded_bytes,
-                "exit_bytes": self.exit_bytes,
-                "teardown": self.teardown,
-                "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
-                "verdict": self.verdict, "unreadable": self.unreadable,
-                "skipped_dumps": self.skipped, "rounds": self.rounds,
-                "missed_rounds": self.missed, "missed_why": self.missed_why,
-                "examined": not self.unexamined, "why_no_dumps": self.why_no_dumps}
+        out = {"pid": self.pid, "ppid": self.ppid, "exe": self.exe, "cmdline": self.cmdline,
+               "role": self.role, "dumps": self.dumps, "judged_dumps": self.judged,
+               "live_bytes": self.live_bytes, "leak_bytes": self.leak_bytes,
+               "growing_bytes": self.growing_bytes, "bounded_bytes": self.bounded_bytes,
+               "exit_bytes": self.exit_bytes,
+               "teardown": self.teardown,
+               "left_bytes": self.left_bytes, "leaks": self.verdict == "leaks",
+               "verdict": self.verdict, "unreadable": self.unreadable,
+               "skipped_dumps": self.skipped, "rounds": self.rounds,
+               "missed_rounds": self.missed, "missed_why": self.missed_why,
+               "examined": not self.unexamined, "why_no_dumps": self.why_no_dumps}
+        return json_numbers(out)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from heapscope.errors import InputError
 from heapscope.model import Profile, Sample, Thread, ThreadValues
 from heapscope.native import core
 
@@ -22,7 +23,9 @@ def scale_pair_v2(count: float, size: float, period: int) -> tuple[float, float]
     if count == 0 or period <= 0:
         return count, size
     ratio = (size / count) / period
-    factor = 1.0 / (1.0 - math.exp(-ratio)) if ratio > 0 else 1.0
+    # -expm1(-r) is 1 - exp(-r) without the cancellation that makes it 0.0 (and the factor
+    # a division by zero) for a ratio below 1e-16: objects far smaller than the period.
+    factor = -1.0 / math.expm1(-ratio) if ratio > 0 else 1.0
     return count * factor, size * factor
 
 
@@ -50,7 +53,8 @@ def scale_values(values: tuple[float, ...], sampling: str, period: int) -> tuple
 
 
 def unsample(profile: Profile) -> Profile:
-    """Return a profile whose values are estimates of the true counts and bytes."""
+    """Return a profile whose values are estimates of the true counts and bytes;
+    InputError when an estimate is not a finite number."""
     if profile.unsampled:
         return profile
     mode, period = profile.sampling, profile.period
@@ -62,8 +66,17 @@ def unsample(profile: Profile) -> Profile:
         # Many stacks share the same counts; the formula is pure, so compute each pair once.
         out = memo.get(values)
         if out is None:
-            out = memo[values] = scale_values(values, mode, period)
+            out = memo[values] = finite(scale_values(values, mode, period))
         return out
+
+    def finite(values: tuple[float, ...]) -> tuple[float, ...]:
+        if not all(map(math.isfinite, values)):
+            # Only absurd counts do this (fractions of a byte per object): damage, said in
+            # one line rather than estimates of inf bytes.
+            raise InputError(profile.source or "the profile",
+                             "counts whose unsampled estimate is past any number "
+                             "(a damaged dump?)")
+        return values
 
     fast = core.with_values(profile.samples, scaled, Sample) if core is not None else None
     samples = tuple(fast) if fast is not None else tuple(
@@ -78,7 +91,7 @@ def unsample(profile: Profile) -> Profile:
         for s in profile.samples
     )
     threads = tuple(
-        Thread(t.id, t.name, scale_values(t.values, mode, period) if t.values else ())
+        Thread(t.id, t.name, finite(scale_values(t.values, mode, period)) if t.values else ())
         for t in profile.threads
     )
     return profile.with_(samples=samples, threads=threads, unsampled=True, same_stacks=True)

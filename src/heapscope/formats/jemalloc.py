@@ -34,10 +34,12 @@ def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], 
         tag, n1, s1, n2, s2 = parts
         tid = tag[1:-1]
         nums = n1[:-1] + s1 + n2[1:-1] + s2[:-1]
+        # Each number has at most 19 digits, as in the regex (n1 and s2 hold one more
+        # character, n2 two): a longer one is damage, which the regex path names.
         if (tag[:1] == "t" and tag[-1:] == ":" and n1[-1:] == ":" and n2[:1] == "["
                 and n2[-1:] == ":" and s2[-1:] == "]" and (tid == "*" or tid.isdigit())
                 and nums.isascii() and nums.isdigit() and tid.isascii()
-                and len(nums) <= 76 and len(tid) <= 19):
+                and max(len(n1), len(s1) + 1, len(n2) - 1, len(s2)) <= 20 and len(tid) <= 19):
             try:
                 values = (float(n1[:-1]), float(s1), float(n2[1:-1]), float(s2[:-1]))
             except ValueError:  # an empty field: let the regex give the precise error
@@ -117,6 +119,11 @@ def _sections(text: str) -> tuple[int, int] | None:
         maps_at = text.find("\n--- Memory map:")
     first = text.find("\n@")
     if maps_at < 0 or first < 0 or first > maps_at:
+        return None
+    head = text[:first + 1]
+    if len(head.splitlines()) != head.count("\n"):
+        # Another line break (a lone "\r", "\v", "\x85"…) may hide a record in the header
+        # part, which the line parser, splitting the whole text the same way, would read.
         return None
     return first, maps_at
 

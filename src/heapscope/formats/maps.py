@@ -12,6 +12,7 @@ import re
 from heapscope.model import Mapping
 
 _DELETED = " (deleted)"
+_LIMIT = 1 << 64  # mappings' numbers are 64-bit
 
 # 7f20c4a00000-7f20c4a99000 r--p 00000000 fe:00 339903   /usr/lib/libstdc++.so.6
 _LINUX = re.compile(
@@ -72,11 +73,13 @@ def parse_maps_line(line: str) -> Mapping | None:
 
 
 def parse_maps(lines: list[str]) -> tuple[Mapping, ...]:
-    """Parse a block of memory-map lines, skipping lines that are not mappings."""
+    """Parse a block of memory-map lines, skipping lines that are not mappings: those that
+    do not parse, and those whose range is empty or reaches past 64 bits (damage: no
+    address space is that wide, and pprof could not hold it)."""
     out = []
     for line in lines:
         mp = parse_maps_line(line)
-        if mp is not None and mp.limit > mp.start:
+        if mp is not None and mp.start < mp.limit < _LIMIT and mp.offset < _LIMIT:
             out.append(mp)
     out.sort(key=lambda mp: mp.start)
     return tuple(out)

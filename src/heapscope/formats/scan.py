@@ -285,10 +285,11 @@ def unsampled(d: DumpCounts) -> tuple[Floats, Floats, Floats]:
     scaled by 1/(1-exp(-(b/c)/R)) (``v2``), or divided by (b/c)/R when that is below one
     (``v1``). The sampled count is what the dump really observed; trend tests need it
     because counting noise follows it. A profile already unsampled is turned back.
+    InputError when an estimate is not a finite number.
     """
     c, b = d.counts, d.nbytes
     r = float(d.period)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where((c > 0) & (r > 0), (b / np.where(c > 0, c, 1.0)) / max(r, 1.0), 0.0)
         if d.sampling == "v2":
             p = np.where(ratio > 0, -np.expm1(-ratio), 1.0)
@@ -298,4 +299,11 @@ def unsampled(d: DumpCounts) -> tuple[Floats, Floats, Floats]:
             p = np.ones_like(c)
     if d.unsampled:
         return b, c, c * p
-    return b / p, c / p, c
+    with np.errstate(over="ignore"):
+        est_b, est_c = b / p, c / p
+    if not (np.isfinite(est_b).all() and np.isfinite(est_c).all()):
+        # Only absurd counts do this (fractions of a byte per object): damage, said in one
+        # line rather than estimates of inf bytes.
+        raise InputError(d.path, "counts whose unsampled estimate is past any number "
+                                 "(a damaged dump?)")
+    return est_b, est_c, c

@@ -18,7 +18,19 @@ from types import MappingProxyType
 from typing import Any
 
 from heapscope.errors import InputError
-from heapscope.model import Frame, Location, Mapping, Profile, Sample, Thread, ThreadValues
+from heapscope.model import (
+    ADDRESS_LIMIT,
+    HEAP_SAMPLE_TYPES,
+    Frame,
+    Location,
+    Mapping,
+    Profile,
+    Sample,
+    Thread,
+    ThreadValues,
+    wide_address,
+)
+from heapscope.units import short_number
 
 FORMAT = "heapscope-profile"
 VERSION = 1
@@ -26,7 +38,13 @@ SUFFIX = ".json.gz"
 
 
 def encode(p: Profile) -> dict[str, Any]:
-    """The JSON-ready form of a (symbolized) profile."""
+    """The JSON-ready form of a (symbolized) profile; InputError for a damaged one whose
+    addresses do not fit in 64 bits (decode() would refuse them)."""
+    wide = wide_address(p)
+    if wide is not None:
+        raise InputError(p.source or "the profile",
+                         f"address {short_number(wide, hexadecimal=True)} does not fit in "
+                         "64 bits (a damaged dump?)")
     index = {m: i for i, m in enumerate(p.mappings)}
     return {
         "format": FORMAT,
@@ -64,44 +82,83 @@ def decode(data: dict[str, Any], source: str) -> Profile:
         from heapscope.model import ValueType
 
         meta = data["meta"]
-        mappings = tuple(Mapping(int(a), int(b), int(c), str(d), str(e), str(f), bool(g))
+        mappings = tuple(Mapping(_address(a), _address(b), _address(c), str(d), str(e), str(f),
+                                 bool(g))
                          for a, b, c, d, e, f, g in data["mappings"])
         locations: dict[int, Location] = {}
         for address, module, offset, mi, frames in data["locations"]:
             mapping = mappings[mi] if 0 <= mi < len(mappings) else None
-            locations[int(address)] = Location(
-                int(address), mapping, str(module), int(offset),
+            locations[_address(address)] = Location(
+                _address(address), mapping, str(module), int(offset),
                 tuple(Frame(str(fn), str(fl), int(ln), bool(inl), str(full), str(sysn))
                       for fn, fl, ln, inl, full, sysn in frames),
             )
+        sample_types = tuple(ValueType(str(t), str(u)) for t, u in meta["sample_types"])
+        # Every pass reads the four heap values by index (inuse and alloc, objects and
+        # bytes): a profile with other columns would fail far from here, or be misread.
+        if len(sample_types) != len(HEAP_SAMPLE_TYPES):
+            raise ValueError("not the four heap sample types")
+        width = len(sample_types)
         return Profile(
             samples=tuple(
-                Sample(tuple(int(a) for a in stack), _finite(values),
-                       tuple(ThreadValues(int(t), _finite(vs)) for t, vs in threads))
+                Sample(tuple(_address(a) for a in stack), _finite(values, width),
+                       tuple(ThreadValues(_whole(t), _finite(vs, width)) for t, vs in threads))
                 for stack, values, threads in data["samples"]
             ),
             mappings=mappings,
-            sample_types=tuple(ValueType(t, u) for t, u in meta["sample_types"]),
+            sample_types=sample_types,
             period=int(meta["period"]),
             sampling=str(meta["sampling"]),
             unsampled=bool(meta["unsampled"]),
             header=_finite(meta["header"]),
-            threads=tuple(Thread(int(i), str(n), _finite(v)) for i, n, v in data["threads"]),
+            threads=tuple(Thread(_whole(i), str(n), _finite(v, width, empty=True))
+                          for i, n, v in data["threads"]),
             locations=MappingProxyType(locations),
-            pid=meta.get("pid"), seq=meta.get("seq"), kind=meta.get("kind") or "",
-            source=source, time=meta.get("time"), format=FORMAT,
+            pid=None if meta.get("pid") is None else _whole(meta["pid"]),
+            seq=None if meta.get("seq") is None else _whole(meta["seq"]),
+            kind=str(meta.get("kind") or ""), source=source, time=_seconds(meta.get("time")),
+            format=FORMAT,
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
             RecursionError) as e:
         raise InputError(source, f"damaged heapscope profile ({type(e).__name__})") from None
 
 
-def _finite(values: Any) -> tuple[float, ...]:
-    """Numbers as floats; ValueError for anything that is not a finite number."""
+def _finite(values: Any, width: int | None = None, *, empty: bool = False
+            ) -> tuple[float, ...]:
+    """Numbers as floats; ValueError for anything that is not a finite number, or (with
+    ``width``) for a row of another length (of none, when ``empty`` allows that)."""
     out = tuple(float(v) for v in values)
     if not all(math.isfinite(v) and abs(v) < 1e20 for v in out):
         raise ValueError("a value is not a finite number")
+    if width is not None and len(out) != width and not (empty and not out):
+        raise ValueError(f"{len(out)} values where there are {width} sample types")
     return out
+
+
+def _address(value: Any) -> int:
+    """An address or memory-map number: 64 bits, as encode() wrote it."""
+    n = int(value)
+    if not 0 <= n < ADDRESS_LIMIT:
+        raise ValueError("an address does not fit in 64 bits")
+    return n
+
+
+def _whole(value: Any) -> int:
+    """A thread id, pid or sequence number: a whole number, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("a thread id, pid or sequence number is not a whole number")
+    return value
+
+
+def _seconds(value: Any) -> float | None:
+    """A dump's time (seconds since the epoch, a finite number), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value):
+        raise ValueError("the time is not a number")
+    return float(value)
 
 
 def parse(text: str, source: str) -> Profile:

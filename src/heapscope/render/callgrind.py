@@ -6,7 +6,8 @@ caller gets a ``calls=`` record per callee and call line whose cost is the inclu
 what was allocated below that call. Stack values are rounded to integers first, so self and
 inclusive costs add up exactly and ``summary:`` is their sum. Unsymbolized frames are
 ``module+0xoffset`` in file ``???`` at line 0. Names are compressed (``fn=(id) name`` once,
-then ``fn=(id)``) as the format allows.
+then ``fn=(id)``) as the format allows; control characters in them are written as visible
+escapes (a line break would end the name).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import NamedTuple, TextIO
 
 from heapscope import __version__
 from heapscope.model import Location, Profile
+from heapscope.terminal import clean
 
 UNKNOWN_FILE = "???"
 
@@ -103,7 +105,9 @@ class _Names:
         if i is not None:
             return f"({i})"
         i = self.ids[name] = len(self.ids) + 1
-        return f"({i}) {name}"
+        # A name is the rest of its line: a line break (or other control character) from a
+        # dump or a symbol would end it and start a line the format reads as a record.
+        return f"({i}) {clean(name)}"
 
 
 def render_callgrind(out: TextIO, profiles: Iterable[Profile], index: int,
@@ -118,7 +122,7 @@ def render_callgrind(out: TextIO, profiles: Iterable[Profile], index: int,
     if len(pids) == 1:
         out.write(f"pid: {pids[0]}\n")
     if cmd:
-        out.write(f"cmd: {cmd}\n")
+        out.write(f"cmd: {clean(cmd)}\n")
     out.write(f"positions: line\nevents: {event}\nsummary: {total}\n")
     for func in sorted(records):
         rec = records[func]
