@@ -7,6 +7,8 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from heapscope.terminal import clean
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -60,7 +62,8 @@ class DelayedProgress:
             if self._closed:
                 return
             self._bar = Progress(
-                TextColumn("{task.description}"),
+                # Descriptions name modules and dumps: plain text, never rich markup.
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 TextColumn("{task.fields[count]}"),
                 TimeElapsedColumn(),
@@ -76,6 +79,7 @@ class DelayedProgress:
         """Report that ``done`` of ``total`` units of ``description`` are finished."""
         if not self.enabled:
             return
+        description = clean(description)  # shown on the terminal
         with self._lock:
             self._state = (description, done, total)
             if self._bar is not None and self._task is not None:

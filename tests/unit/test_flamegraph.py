@@ -152,11 +152,11 @@ def test_script_json_escapes_every_dangerous_character() -> None:
     for ch in "<>&\u2028\u2029":
         assert ch not in text
     assert json.loads(text) == {"s": "a<b>c&d\u2028e\u2029f<!-- x"}
-    # Undecodable bytes kept as lone surrogates still give valid, encodable JSON.
-    odd = "bad\udcff"
-    out = script_json([odd])
+    # An undecodable byte kept as a lone surrogate is written as the text \xff: valid JSON of
+    # Unicode characters only, and a page that encodes as UTF-8.
+    out = script_json(["bad\udcff"])
     out.encode("utf-8")
-    assert json.loads(out) == [odd]
+    assert json.loads(out) == ["bad\\xff"]
 
 
 def _wide_profile(copies: int) -> Profile:

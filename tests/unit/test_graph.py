@@ -251,7 +251,7 @@ def test_escape() -> None:
     assert escape('a"b\\c') == 'a\\"b\\\\c'
     assert escape("operator<<") == "operator\\<\\<"
     assert escape("x{y}|z") == "x\\{y\\}\\|z"
-    assert escape("two\nlines") == "two\\nlines"
+    assert escape("two\nlines") == "two\\\\x0alines"  # a name never breaks its line
     assert escape("bell\x07") == "bell\\\\x07"
 
 

@@ -8,7 +8,8 @@ Counters: dumps taken, failed and dropped per service; a histogram of the pause 
 cost its target.
 
 Sites are read fresh from the agent at each scrape (a custom collector): a site that left
-the top K, or a process that exited, has no stale series left behind.
+the top K, or a process that exited, has no stale series left behind. Label values named
+after a program (service, function, file) go through :func:`label_value`.
 """
 
 from __future__ import annotations
@@ -21,10 +22,18 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from heapscope.agent.watch import Agent, Watched
+from heapscope.terminal import clean
 
 SITE_LABELS = ["service", "pid", "function", "file", "line"]
 PROC_LABELS = ["service", "pid"]
 PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+def label_value(text: str) -> str:
+    """A label value from a program, dump or config: control and direction characters (line
+    breaks included) as visible escapes, and no undecodable byte, which would make the whole
+    exposition fail to encode. The client escapes ``\\`` and ``"`` as the format requires."""
+    return clean(text)
 
 
 class AgentCollector(Collector):
@@ -63,7 +72,7 @@ class AgentCollector(Collector):
                                       "Dumps not taken: too little free disk",
                                       labels=PROC_LABELS)
         for w in watched:
-            proc = [w.target.service, str(w.target.pid)]
+            proc = [label_value(w.target.service), str(w.target.pid)]
             rss.add_metric(proc, float(w.rss_bytes))
             dumps.add_metric(proc, float(w.dumps))
             errors.add_metric(proc, float(w.errors))
@@ -89,8 +98,8 @@ class AgentCollector(Collector):
             for pusher in self.agent.pushers:
                 for outcome, n in (("sent", pusher.sent), ("failed", pusher.failed),
                                    ("dropped", pusher.dropped)):
-                    pushed.add_metric([pusher.backend, outcome], float(n))
-                queue.add_metric([pusher.backend], float(pusher.queued))
+                    pushed.add_metric([label_value(pusher.backend), outcome], float(n))
+                queue.add_metric([label_value(pusher.backend)], float(pusher.queued))
             yield pushed
             yield queue
 
@@ -98,7 +107,7 @@ class AgentCollector(Collector):
 def _sites(w: Watched, top: int) -> Iterable[tuple[list[str], float, float, bool]]:
     """(labels, live bytes, growth per second, leak) for the top sites and one "other"."""
     assert w.report is not None
-    proc = [w.target.service, str(w.target.pid)]
+    proc = [label_value(w.target.service), str(w.target.pid)]
     sites = [f for f in w.report.findings if not f.rollup and not f.suppressed_by]
     rest_bytes = rest_growth = 0.0
     rest_leak = False
@@ -106,8 +115,8 @@ def _sites(w: Watched, top: int) -> Iterable[tuple[list[str], float, float, bool
         per_s = f.trend.slope_per_s if f.trend is not None else None
         g = float(per_s or 0.0)
         if i < top:
-            yield ([*proc, f.function, f.file, str(f.line)], float(f.bytes), g,
-                   f.verdict == "leak")
+            labels = [*proc, label_value(f.function), label_value(f.file), str(f.line)]
+            yield labels, float(f.bytes), g, f.verdict == "leak"
         else:
             rest_bytes += f.bytes
             rest_growth += g

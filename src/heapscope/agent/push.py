@@ -16,7 +16,6 @@ backend does.
 from __future__ import annotations
 
 import base64
-import json
 import re
 import threading
 import urllib.error
@@ -25,6 +24,8 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from heapscope.safetext import json_text
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def parca_request(base: str, p: Profile) -> urllib.request.Request:
                         "samples": [{"rawProfile": base64.b64encode(p.body).decode()}]}],
             "normalized": False}
     return urllib.request.Request(f"{base.rstrip('/')}/profiles/writeraw",
-                                  data=json.dumps(body).encode(), method="POST",
+                                  data=json_text(body).encode(), method="POST",
                                   headers={"Content-Type": "application/json"})
 
 

@@ -29,6 +29,7 @@ from heapscope.capture.mallctl import NOPROF_HINT, Op
 from heapscope.capture.procs import proc_stat
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
+from heapscope.terminal import clean
 
 DIR = "dir:"  # key prefix of processes read from a dumps folder
 
@@ -110,7 +111,9 @@ class Agent:
         self.watched: dict[str, Watched] = {}
         self.refused: dict[str, str] = {}  # target key -> why it cannot be watched (said once)
         self.failing: set[str] = set()  # targets whose last dump failed (said once)
-        self.say = say or (lambda line: print(f"heapscope agent: {line}", file=sys.stderr))
+        # Lines name services, paths and errors: shown with control characters escaped.
+        self.say = say or (lambda line: print(f"heapscope agent: {clean(line)}",
+                                              file=sys.stderr))
         self.on_pause = on_pause
         self.pushers = pushers or []
         make_state(opts.state)

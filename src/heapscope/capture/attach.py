@@ -26,6 +26,7 @@ from heapscope.capture.mallctl import AttachError, CallResult, Op
 from heapscope.capture.procevents import read_image
 from heapscope.errors import UsageError
 from heapscope.formats.load import parse_dump_name
+from heapscope.safetext import json_ready
 from heapscope.symbols import SymbolOptions
 
 STATS = ("allocated", "active", "resident", "mapped", "retained")
@@ -331,7 +332,7 @@ def write_report(session: str, pid: int, report: LeakReport, kind: str,
     doc["attach"] = log.as_dict()
     if extra:
         doc.update(extra)
-    sess.write_json(os.path.join(session, "report.json"), doc)
+    sess.write_json(os.path.join(session, "report.json"), json_ready(doc))  # for other programs
     return doc
 
 

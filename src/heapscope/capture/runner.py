@@ -27,11 +27,12 @@ from heapscope.capture.jemalloc import JemallocLib, Target, find_jemalloc, inspe
 from heapscope.capture.launch import CommandNotFound, RunResult
 from heapscope.capture.launch import run as launch
 from heapscope.capture.userdumps import UserDumps
-from heapscope.errors import HeapscopeError, UsageError
+from heapscope.errors import HeapscopeError, InputError, UsageError
 from heapscope.files import create_new_text
 from heapscope.formats import symbolized
 from heapscope.formats.load import parse_dump_name
 from heapscope.model import Profile
+from heapscope.safetext import json_ready
 from heapscope.symbols import Diagnostic, SymbolOptions
 
 JAVA_FLAGS = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit"
@@ -271,8 +272,12 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
             continue
         diagnostics.extend(series.diagnostics)
         for dump, raw in zip(series.paths, series.raw, strict=False):
-            symbolized.write(raw, os.path.join(path, "symbolized",
-                                               os.path.basename(dump) + symbolized.SUFFIX))
+            try:
+                symbolized.write(raw, os.path.join(path, "symbolized",
+                                                   os.path.basename(dump) + symbolized.SUFFIX))
+            except InputError as e:
+                # A damaged dump (an address past 64 bits) keeps its raw copy only.
+                notes.append(f"no symbolized copy of {os.path.basename(dump)}: {e.problem}")
         series.raw = []
         all_series.append(series)
     for pid, tried in sorted(_unwritten_pids(summaries).items()):
@@ -306,7 +311,9 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     })
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
     out = SessionResult(path, cmd, result, report, diagnostics, notes, summaries)
-    sess.write_json(os.path.join(path, "report.json"), out.report())
+    # report.json is for other programs (the manifest, read back by heapscope, keeps its
+    # undecodable bytes exact): every string valid Unicode.
+    sess.write_json(os.path.join(path, "report.json"), json_ready(out.report()))
     return out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -18,7 +17,9 @@ from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.progress import DelayedProgress
+from heapscope.render.json import render_json
 from heapscope.render.leaks import render_leaks
+from heapscope.terminal import clean
 from heapscope.units import human_bytes, parse_size
 
 ACTIONS = ("status", "dump", "start", "stop", "reset", "window", "watch")
@@ -104,20 +105,21 @@ def run(args: argparse.Namespace) -> int:
 def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
     st = ctl.status()
     if args.format == "json":
-        json.dump(st, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        render_json(sys.stdout, st)
         return 0
     out = sys.stdout
+    # The command line, version and prefix are the target's: shown with control characters
+    # escaped.
     cmd = shlex.join(st["cmdline"]) if st["cmdline"] else st["exe"]
-    out.write(f"pid {st['pid']}  {cmd}\n")
-    out.write(f"jemalloc   {st['version'] or '?'}  ({st['symbol']})  "
+    out.write(f"pid {st['pid']}  {clean(cmd)}\n")
+    out.write(f"jemalloc   {clean(st['version'] or '?')}  ({clean(st['symbol'])})  "
               f"config.prof {_yn(st['config_prof'])}\n")
     # Without profiling, lg_sample reads as 0: there is no sample period to show.
     sample = f"{human_bytes(st['sample_bytes'])} (lg {st['lg_sample']})" \
         if st["sample_bytes"] and st["opt_prof"] else "-"
     out.write(f"profiling  opt.prof {_yn(st['opt_prof'])}  prof.active "
               f"{_yn(st['prof_active'])}  sample every {sample}  prefix "
-              f"{st['prof_prefix'] if st['prof_prefix'] is not None else '-'}\n")
+              f"{clean(st['prof_prefix']) if st['prof_prefix'] is not None else '-'}\n")
     stats = "  ".join(f"{k} {human_bytes(v) if isinstance(v, int) else '?'}"
                       for k, v in st["stats"].items())
     out.write(f"heap       {stats}\n")
@@ -222,7 +224,8 @@ def _restore(ctl: at.Controller, was: bool) -> None:
     try:
         ctl.set_active(was)
     except HeapscopeError as e:
-        sys.stderr.write(f"heapscope: could not restore prof.active={_yn(was)}: {e}\n")
+        sys.stderr.write(f"heapscope: could not restore prof.active={_yn(was)}: "
+                         f"{clean(str(e))}\n")
 
 
 def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
@@ -258,7 +261,8 @@ def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
                     break
                 missed += 1
                 why = str(e)
-                sys.stderr.write(f"heapscope: round {k + 1} of {args.count} missed: {e}\n")
+                sys.stderr.write(f"heapscope: round {k + 1} of {args.count} missed: "
+                                 f"{clean(str(e))}\n")
     except KeyboardInterrupt:
         if len(dumps) < 2:
             raise
@@ -286,9 +290,8 @@ def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: S
     doc = at.write_report(session, ctl.pid, report, kind, ctl.log,
                           {"session": session, "dumps": list(dumps)})
     if args.format == "json":
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        render_json(sys.stdout, doc)
     else:
         render_leaks(sys.stdout, report, top=args.top)
-        sys.stdout.write(f"\nsession: {session}\n")
+        sys.stdout.write(f"\nsession: {clean(session)}\n")
     return 0

@@ -23,6 +23,7 @@ from heapscope.cli.common import (
 from heapscope.errors import UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.flamegraph import default_title, write_flamegraph
+from heapscope.terminal import clean
 from heapscope.units import human_bytes
 
 
@@ -83,6 +84,6 @@ def run(args: argparse.Namespace) -> int:
             args.sample.startswith("alloc"):
         print("heapscope: note: no allocation totals in this dump; they are recorded only with "
               "MALLOC_CONF=prof_accum:true", file=sys.stderr)
-    print(f"heapscope: wrote {args.output} ({human_bytes(size)}, {len(tree)} frames)",
+    print(f"heapscope: wrote {clean(args.output)} ({human_bytes(size)}, {len(tree)} frames)",
           file=sys.stderr)
     return 0

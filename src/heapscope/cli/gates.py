@@ -8,6 +8,7 @@ import sys
 
 from heapscope.analysis.leaks import LeakReport
 from heapscope.analysis.processes import QUIET_ROLES
+from heapscope.terminal import clean
 from heapscope.units import human_bytes, parse_size
 
 LEAK_EXIT = 10  # leaks (or memory left live) above the threshold
@@ -51,7 +52,7 @@ def gate(report: LeakReport, leak: int | None, live: int | None) -> int:
     status = 0
     for p in report.processes:
         if p.unreadable:
-            print(f"heapscope: no dump of pid {p.pid} could be read ({p.unreadable}): "
+            print(f"heapscope: no dump of pid {p.pid} could be read ({clean(p.unreadable)}): "
                   f"exit {UNREADABLE_EXIT}", file=sys.stderr)
             status = UNREADABLE_EXIT
     if leak is not None:

@@ -87,7 +87,10 @@ def _dispatch(argv: list[str]) -> int:
         sys.stdout.flush()
         return rc
     except HeapscopeError as e:
-        print(f"heapscope: error: {e}", file=sys.stderr)
+        from heapscope.terminal import clean
+
+        # Messages name paths and quote dumps: shown with their control characters escaped.
+        print(f"heapscope: error: {clean(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("heapscope: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 
 from heapscope.errors import HeapscopeError
 from heapscope.render.commands import commands
+from heapscope.terminal import clean
 
 
 def write_html(target: str, folder: str) -> list[str]:
@@ -23,5 +24,5 @@ def write_html(target: str, folder: str) -> list[str]:
             args.func(args)
             written.append(out)
         except HeapscopeError as e:
-            print(f"heapscope: note: {argv[1]} not written: {e}", file=sys.stderr)
+            print(f"heapscope: note: {argv[1]} not written: {clean(str(e))}", file=sys.stderr)
     return written

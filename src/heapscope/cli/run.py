@@ -19,6 +19,7 @@ from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.report import render_report
+from heapscope.terminal import clean
 from heapscope.units import parse_size
 
 #: Exit status of ``--fail-on-leak`` when the program itself succeeded but leaked.
@@ -98,11 +99,11 @@ def run(args: argparse.Namespace) -> int:
         res = run_session(cmd, opts, bar.update)
     print_diagnostics(tuple(res.diagnostics), args.verbose)
     if args.verbose and res.leaks.wrappers.describe():
-        print(f"heapscope: {res.leaks.wrappers.describe()}", file=sys.stderr)
+        print(f"heapscope: {clean(res.leaks.wrappers.describe())}", file=sys.stderr)
     render_report(sys.stderr, res, top=args.top)
     if args.html and res.leaks.processes:
         for path in write_html(res.path, res.path):
-            sys.stderr.write(f"wrote {path}\n")
+            sys.stderr.write(f"wrote {clean(path)}\n")
     status = res.result.exit_status
     if status == 0:
         return gate(res.leaks, leak_limit, live_limit)

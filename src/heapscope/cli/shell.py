@@ -30,6 +30,7 @@ from heapscope.cli.common import (
 from heapscope.errors import HeapscopeError
 from heapscope.model import Profile
 from heapscope.render.text import render_table
+from heapscope.terminal import clean
 
 HELP = """\
 Commands:
@@ -113,7 +114,7 @@ class Shell:
         try:
             words = shlex.split(line)
         except ValueError as e:
-            self.stdout.write(f"error: {e}\n")
+            self.stdout.write(f"error: {clean(str(e))}\n")
             return True
         cmd, rest = words[0], words[1:]
         if cmd in ("quit", "exit", "q"):
@@ -131,16 +132,16 @@ class Shell:
                 self.view = self.view._replace(focus=pattern)
             else:
                 self.view = self.view._replace(ignore=pattern)
-            self.stdout.write(f"{cmd}: {pattern or '(none)'}\n")
+            self.stdout.write(f"{cmd}: {clean(pattern or '(none)')}\n")
             return True
         m = _TOP.match(cmd)
         if m:
             try:
                 self._top(int(m.group(1)) if m.group(1) else None, rest)
             except HeapscopeError as e:
-                self.stdout.write(f"error: {e}\n")
+                self.stdout.write(f"error: {clean(str(e))}\n")
             return True
-        self.stdout.write(f"unknown command {cmd!r}; type 'help'\n")
+        self.stdout.write(f"unknown command {clean(repr(cmd))}; type 'help'\n")
         return True
 
     def _top(self, n: int | None, words: list[str]) -> None:

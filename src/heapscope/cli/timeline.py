@@ -13,6 +13,7 @@ from heapscope.errors import UsageError
 from heapscope.files import replace_atomically
 from heapscope.progress import DelayedProgress
 from heapscope.render.timeline import collect_timeline, render_html, render_svg, svg_to_png
+from heapscope.terminal import clean
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
             tool = ""
     print_diagnostics(tuple(tl.diagnostics), args.verbose)
     how = f" with {tool}" if tool else ""
-    print(f"heapscope: wrote {args.output}{how} ({len(tl.lines)} lines)", file=sys.stderr)
+    print(f"heapscope: wrote {clean(args.output)}{how} ({len(tl.lines)} lines)", file=sys.stderr)
     return 0

@@ -23,6 +23,7 @@ from heapscope.errors import UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.json import render_json, table_dict
 from heapscope.render.text import render_table
+from heapscope.terminal import clean
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
             p = group[0]
             pid = f" (pid {p.pid})" if p.pid is not None else ""
-            sys.stdout.write(f"==> {p.source}{pid} <==\n")
+            sys.stdout.write(f"==> {clean(p.source)}{pid} <==\n")
         _warn_empty(table, view)
         title = f"t{args.thread}" if args.thread else ""
         render_table(sys.stdout, table, rows, granularity=view.granularity,

@@ -5,8 +5,9 @@ and percent, and "of" its cumulative value when that differs; the font grows wit
 value; edges are labelled with their value and drawn thicker and tighter the heavier they
 are; a title box says where the data came from, the total and what was dropped. In a
 ``--base`` diff, growth is red and shrinkage green. Every name is escaped for DOT, so no
-symbol (``operator<<``, quotes, backslashes, markup) can change the graph or inject markup
-into the SVG; long names are shortened in the middle with the full name in the tooltip.
+symbol (``operator<<``, quotes, backslashes, entities, markup) can change the graph or inject
+markup into the SVG, and control and direction characters are drawn as visible escapes; long
+names are shortened in the middle with the full name in the tooltip.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from heapscope.analysis.aggregate import Key
 from heapscope.analysis.graph import Edge, Graph, Node
 from heapscope.errors import ToolError, UsageError
 from heapscope.files import create_atomically, replace_atomically
+from heapscope.terminal import clean
 from heapscope.units import human_bytes, percent
 
 FORMATS = ("svg", "png", "pdf", "gif", "dot")
@@ -33,27 +35,32 @@ GROW = ("#b22222", "#fbe3e3", "#8b0000")  # border/edge, fill, text: new − bas
 SHRINK = ("#228b22", "#e0f5e0", "#006400")  # new − base < 0
 NEUTRAL = ("#555555", "#f8f8f8", "#000000")
 
-_SPECIAL = {"\\": "\\\\", '"': '\\"', "<": "\\<", ">": "\\>", "{": "\\{", "}": "\\}",
-            "|": "\\|", "\n": "\\n"}
+# A name as graphviz draws it: a quote or backslash would end or change the string, ``&``
+# starts an entity graphviz decodes (``&#27;`` would put a raw ESC into the SVG, which is then
+# no longer XML), ``< > { } |`` are record-label syntax. Line breaks are heapscope's own
+# (``\\n``, ``\\l``), never a name's: :func:`~heapscope.terminal.clean` shows those first.
+_SPECIAL = {"\\": "\\\\", '"': '\\"', "&": "&amp;", "<": "\\<", ">": "\\>", "{": "\\{",
+            "}": "\\}", "|": "\\|"}
+_LABEL = str.maketrans(_SPECIAL)
+# Graphviz reads a tooltip's backslashes twice (its escapes, then ``\\N``-style names), so a
+# backslash that should stay one is written as four.
+_TOOLTIP = str.maketrans({**_SPECIAL, "\\": "\\\\\\\\"})
 
 
 def escape(text: str) -> str:
-    """``text`` for a double-quoted DOT string: no character keeps a special meaning.
+    """``text`` for a double-quoted DOT label, drawn exactly as :func:`clean` shows it.
 
-    Quotes and backslashes are escaped (so ``\\l`` or ``\\N`` in a name stay literal),
-    record-label characters ``< > { } |`` are backslash-escaped, newlines become DOT line
-    breaks and other control characters are written as visible ``\\xNN``.
+    Control, direction and undecodable characters become visible escapes; then quotes,
+    backslashes (so ``\\l`` or ``\\N`` in a name stay literal), ``&`` (so no entity is
+    decoded) and the record-label characters ``< > { } |`` are escaped.
     """
-    out = []
-    for ch in text:
-        rep = _SPECIAL.get(ch)
-        if rep is not None:
-            out.append(rep)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF:
-            out.append(f"\\\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return clean(text).translate(_LABEL)
+
+
+def escape_tooltip(text: str) -> str:
+    """``text`` for a double-quoted DOT ``tooltip``: as :func:`escape`, with each backslash
+    doubled once more for graphviz's second pass over tooltips."""
+    return clean(text).translate(_TOOLTIP)
 
 
 def shorten(name: str, limit: int = MAX_LABEL) -> str:
@@ -125,6 +132,11 @@ _NOT_OWN = {"library": "language runtime / standard library", "dependency": "thi
 _QUIET_TEXT = "#555555"
 
 
+def _tooltip(lines: list[str]) -> str:
+    """Tooltip lines, each escaped, joined by DOT line breaks."""
+    return "\\n".join(escape_tooltip(line) for line in lines)
+
+
 def _attrs(pairs: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f'{k}="{v}"' for k, v in pairs)
 
@@ -142,24 +154,24 @@ def _node_line(g: Graph, ident: str, n: Node, max_flat: float) -> str:
     label += escape(flat)
     if n.cum != n.flat:
         label += "\\nof " + escape(cum)
-    tip = full
+    head = full
     if n.key.module:
-        tip += f" [{n.key.module}]"
+        head += f" [{n.key.module}]"
     if n.key.file and g.granularity == "functions":
-        tip += f" ({n.key.file})"
-    tip += f"\nflat {flat}\ncum {cum}"
+        head += f" ({n.key.file})"
+    tip = [head, f"flat {flat}", f"cum {cum}"]
     fontsize = 8.0
     if max_flat > 0 and n.flat:
         # pprof: 8 to 24 points, growing with the square root of the flat share.
         fontsize += math.ceil(16.0 * math.sqrt(min(abs(n.flat) / max_flat, 1.0)))
     border, fill, text = _colors(n.cum, g.diff)
-    attrs = [("label", label), ("tooltip", escape(tip)), ("fontsize", f"{fontsize:.0f}"),
+    attrs = [("label", label), ("tooltip", _tooltip(tip)), ("fontsize", f"{fontsize:.0f}"),
              ("color", border), ("fillcolor", fill), ("fontcolor", text)]
     kind = g.kinds.get(n.key, "")
     if kind in _NOT_OWN:
         # Code that is not the program's own: a dashed outline and grey text, so the
         # program's own functions stand out; the tooltip says which.
-        attrs[1] = ("tooltip", escape(f"{tip}\n{_NOT_OWN[kind]}"))
+        attrs[1] = ("tooltip", _tooltip([*tip, _NOT_OWN[kind]]))
         attrs[5] = ("fontcolor", _QUIET_TEXT)
         attrs.append(("style", "filled,dashed"))
     return f"  {ident} [" + _attrs(attrs) + "];"
@@ -173,9 +185,10 @@ def _edge_line(g: Graph, ids: dict[Key, str], e: Edge) -> str:
     tip = (f"{node_name(Node(e.caller, 0, 0), g.granularity)} -> "
            f"{node_name(Node(e.callee, 0, 0), g.granularity)} ({value})")
     border = _colors(e.value, g.diff)[0]
+    tooltip = escape_tooltip(tip)
     attrs = [("label", " " + escape(value)), ("weight", str(weight)),
-             ("penwidth", f"{penwidth:.2f}"), ("color", border), ("tooltip", escape(tip)),
-             ("labeltooltip", escape(tip))]
+             ("penwidth", f"{penwidth:.2f}"), ("color", border), ("tooltip", tooltip),
+             ("labeltooltip", tooltip)]
     if e.callee.inlined:
         attrs.append(("style", "dashed"))
     return f"  {ids[e.caller]} -> {ids[e.callee]} [{_attrs(attrs)}];"
@@ -191,7 +204,7 @@ def to_dot(g: Graph) -> str:
     ]
     title = "".join(escape(line) + "\\l" for line in _title_lines(g))
     out.append(f'  title [shape=plaintext, style="", fontsize=16, label="{title}", '
-               f'tooltip="{escape(" ".join(g.sources) or "heapscope")}"];')
+               f'tooltip="{escape_tooltip(" ".join(g.sources) or "heapscope")}"];')
     ids: dict[Key, str] = {}
     max_flat = max((abs(n.flat) for n in g.nodes), default=0.0)
     for i, n in enumerate(g.nodes, 1):

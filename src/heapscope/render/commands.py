@@ -6,6 +6,8 @@ import os
 import shlex
 from typing import TextIO
 
+from heapscope.terminal import clean
+
 
 def commands(target: str, folder: str | None = None) -> list[list[str]]:
     """The commands that draw ``target`` (a session, folder or dump); outputs in ``folder``."""
@@ -26,4 +28,4 @@ def print_commands(out: TextIO, target: str, folder: str | None = None) -> None:
     """Write the picture commands, one per line."""
     out.write("pictures:\n")
     for argv in commands(target, folder):
-        out.write(f"  {shlex.join(argv)}\n")
+        out.write(f"  {clean(shlex.join(argv))}\n")

@@ -3,6 +3,8 @@
 The page embeds the call tree of :mod:`heapscope.analysis.tree` in its compact form and draws
 it on a ``<canvas>`` (``web/assets/flamegraph.js``): hover details, click to zoom, search with
 the matched total, inverted (callers) view, the four sample types, and a diff against a base.
+Names, files and paths are shown as :func:`heapscope.terminal.clean` writes them (control and
+direction characters as visible escapes), and embedded by :func:`heapscope.web.script_json`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from heapscope.analysis.tree import KINDS, CallTree
 from heapscope.files import replace_atomically
 from heapscope.model import HEAP_SAMPLE_TYPES
+from heapscope.terminal import clean
 from heapscope.web import page
 
 _BODY = """<header>
@@ -39,18 +42,18 @@ Esc or Reset to go back.</span></footer>
 def flamegraph_data(tree: CallTree, *, title: str, sources: Sequence[str],
                     sample: str = "inuse_space",
                     base_sources: Sequence[str] = ()) -> dict[str, Any]:
-    """Everything the viewer needs, as plain JSON-ready data."""
+    """Everything the viewer needs, as plain JSON-ready data (every text as it is shown)."""
     return {
         "format": "heapscope-flamegraph",
         "version": 1,
-        "title": title,
-        "sources": list(sources),
-        "base_sources": list(base_sources),
+        "title": clean(title),
+        "sources": [clean(s) for s in sources],
+        "base_sources": [clean(s) for s in base_sources],
         "diff": tree.base is not None,
         "sample": sample,
         "types": [t.type for t in HEAP_SAMPLE_TYPES],
         "units": [t.unit for t in HEAP_SAMPLE_TYPES],
-        "strings": tree.strings,
+        "strings": [clean(s) for s in tree.strings],
         "kinds": list(KINDS),
         "tree": tree.to_json(),
     }

@@ -1,12 +1,13 @@
-"""The ``top`` table as one JSON object, for scripts."""
+"""The ``top`` table as one JSON object, for scripts; :func:`render_json` writes every JSON
+report heapscope prints."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, TextIO
 
 from heapscope.analysis.aggregate import Row, Table
 from heapscope.model import ViaFrame
+from heapscope.safetext import json_text
 
 
 def table_dict(table: Table, rows: tuple[Row, ...]) -> dict[str, Any]:
@@ -45,6 +46,7 @@ def row_leaf(r: Row) -> str:
 
 
 def render_json(out: TextIO, payload: Any) -> None:
-    """Write ``payload`` as indented JSON followed by a newline."""
-    json.dump(payload, out, indent=2)
+    """Write ``payload`` as indented JSON followed by a newline: ASCII, every control
+    character escaped, undecodable bytes as ``\\xNN`` text (:func:`json_text`)."""
+    out.write(json_text(payload, indent=2))
     out.write("\n")

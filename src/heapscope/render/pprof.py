@@ -16,6 +16,9 @@ the same ELF address heapscope symbolized. Symbolized locations carry their fram
 does not claim ``has_functions``, so a backend with better debug info may still name them.
 
 IDs are dense (1..N, in order) for mappings, locations and functions, as Parca requires.
+Strings are UTF-8, as profile.proto's ``string`` says: an undecodable byte of a name or path
+is written as the text ``\\xNN`` (:func:`heapscope.safetext.valid`); every other character is
+kept as it is.
 
 The message is built with the classes generated from ``formats/proto/profile.proto``;
 :func:`heapscope.formats.pprof.decode_profile` reads it back (for tests and scripts).
@@ -24,6 +27,7 @@ The message is built with the classes generated from ``formats/proto/profile.pro
 from __future__ import annotations
 
 import gzip
+import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,7 +44,9 @@ from heapscope.model import (
     Mapping,
     Profile,
 )
+from heapscope.safetext import valid
 from heapscope.symbols.elf import ElfError, ElfInfo
+from heapscope.units import short_number
 
 # pprof's order of the four heap sample types, as indices into HEAP_SAMPLE_TYPES.
 PPROF_ORDER = (ALLOC_OBJECTS, ALLOC_SPACE, INUSE_OBJECTS, INUSE_SPACE)
@@ -59,8 +65,8 @@ DEFAULT_SAMPLE_TYPE = "inuse_space"
 BuildIdFn = Callable[[Mapping], str]
 
 
-UINT64 = (1 << 64) - 1  # pprof's Location.address
-INT64 = (1 << 63) - 1  # pprof's Sample.value
+UINT64 = (1 << 64) - 1  # pprof's Location.address, Mapping.memory_start/limit/file_offset
+INT64 = (1 << 63) - 1  # pprof's Sample.value, Label.num, Line.line, period and time_nanos
 
 
 def _elf_build_id(paths: Callable[[str], list[str]]) -> BuildIdFn:
@@ -141,12 +147,32 @@ class _Builder:
         self.time: float | None = None
 
     def string(self, s: str) -> int:
+        # profile.proto's strings are UTF-8 (Go's protobuf and the backends built on it
+        # refuse anything else): an undecodable byte of a name is written as "\xNN".
+        s = valid(s)
         i = self.strings.get(s)
         if i is None:
             i = self.strings[s] = len(self.strings)
         return i
 
+    def where(self) -> str:
+        """The dumps added so far, as an error names them."""
+        if len(self.sources) <= 1:
+            return self.sources[0] if self.sources else "the profile"
+        return f"{self.sources[0]} (and {len(self.sources) - 1} more)"
+
+    def fits(self, what: str, value: float, signed: bool = True) -> None:
+        """A one-line error naming the dump when ``value`` does not fit pprof's field."""
+        low, high = (-INT64 - 1, INT64) if signed else (0, UINT64)
+        if not low <= value <= high:
+            bits = "64-bit signed" if signed else "64-bit unsigned"
+            raise InputError(self.where(), f"{what} {short_number(value)} does not fit in "
+                                           f"pprof's {bits} field (a damaged dump?)")
+
     def mapping_id(self, m: Mapping) -> int:
+        for what, value in (("mapping start", m.start), ("mapping limit", m.limit),
+                            ("mapping offset", m.offset)):
+            self.fits(what, value, signed=False)
         build_id = self.options.build_id(m)
         key = (m.start, m.limit, m.offset, m.path, build_id)
         i = self.mappings.get(key)
@@ -179,6 +205,7 @@ class _Builder:
         i = self.locations[key] = len(self.locations) + 1
         msg = self.prof.location.add(id=i, mapping_id=mid, address=address)
         for f in loc.frames:
+            self.fits("line number", f.line)
             fid = self.function_id(f.function or loc.fallback_name, f.system_name, f.file)
             msg.line.add(function_id=fid, line=f.line)
         if mid:
@@ -201,10 +228,13 @@ class _Builder:
         source = profile.source or "the profile"
         self.sources.append(source)
         # pprof's addresses are 64-bit: a wider one is damage, said in one line.
-        wide = next((a for a in profile.addresses() if a - 1 > UINT64), None)
+        wide = next((a for a in profile.addresses() if a - 1 > UINT64 or a < 0), None)
         if wide is not None:
-            raise InputError(source, f"address 0x{wide:x} does not fit in pprof's 64 bits "
-                                     "(a damaged dump?)")
+            raise InputError(source, f"address {short_number(wide, hexadecimal=True)} does "
+                                     "not fit in pprof's 64 bits (a damaged dump?)")
+        self.fits("sampling period", profile.period)
+        if profile.time is not None:
+            self.fits("time (ns)", profile.time * 1e9)
         mapping_ids: dict[int, int] = {}
         main = next((m for m in profile.mappings if not m.anonymous), None)
         code = [m for m in profile.mappings if m.executable and not m.anonymous]
@@ -227,6 +257,8 @@ class _Builder:
             for thread, values in parts:
                 if not any(values):
                     continue
+                if thread != -1:
+                    self.fits("thread id", thread)
                 acc = samples.get((ids, thread))
                 if acc is None:
                     samples[(ids, thread)] = [values[k] for k in PPROF_ORDER]
@@ -241,13 +273,13 @@ class _Builder:
         thread_key = self.string("thread_id")
         name_key = self.string("thread")
         for (ids, thread), values in sorted(self.samples.items()):
+            if not all(abs(v) < INT64 for v in values):  # (not for nan either)
+                big = max(values, key=lambda v: abs(v) if v == v else math.inf)
+                raise InputError(self.where(),
+                                 f"a value of {short_number(big)} does not fit in pprof's "
+                                 "64-bit signed values (a damaged dump, or counts summed past "
+                                 "2^63)")
             vals = [round(v) for v in values]
-            if any(abs(v) > INT64 for v in vals):
-                big = max(vals, key=abs)
-                raise InputError(self.sources[0] if len(self.sources) == 1 else
-                                 f"{self.sources[0]} (and {len(self.sources) - 1} more)",
-                                 f"a value of {big} does not fit in pprof's 64-bit signed "
-                                 "values (a damaged dump, or counts summed past 2^63)")
             if not any(vals):
                 continue  # every estimate rounds to zero
             sample = prof.sample.add(location_id=ids, value=vals)
@@ -272,7 +304,7 @@ class _Builder:
         prof.period_type.unit = self.string("bytes")
         prof.comment.extend(self.string(c) for c in self.options.comments)
         prof.default_sample_type = self.string(self.options.default_sample_type)
-        prof.string_table.extend(s.encode("utf-8", "surrogateescape") for s in self.strings)
+        prof.string_table.extend(s.encode("utf-8") for s in self.strings)
         if self.time is not None:
             prof.time_nanos = int(self.time * 1e9)
         prof.period = self.period

@@ -20,12 +20,14 @@ location keyed by its mapping, address and frames.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from heapscope.model import Frame, Mapping, Profile
+from heapscope.errors import InputError
+from heapscope.model import Frame, Mapping, Profile, wide_address
 from heapscope.render.collapsed import frame_names
+from heapscope.safetext import json_text
+from heapscope.units import short_number
 
 FORMAT = "heapscope-profile"
 VERSION = 1
@@ -57,6 +59,13 @@ def profile_dict(profiles: Iterable[Profile], *, threads: bool = True) -> dict[s
         return i
 
     for p in profiles:
+        wide = wide_address(p)
+        if wide is not None:
+            # As pprof export says it: one line naming the dump, never a traceback from
+            # json (a number past 4,300 digits) or a document other readers cannot take.
+            raise InputError(p.source or "the profile",
+                             f"address {short_number(wide, hexadecimal=True)} does not fit in "
+                             "64 bits (a damaged dump?)")
         for m in p.mappings:
             mapping_id(m)
         for t in p.threads:
@@ -105,6 +114,7 @@ def profile_dict(profiles: Iterable[Profile], *, threads: bool = True) -> dict[s
 
 
 def render_profile_json(out: TextIO, profiles: Iterable[Profile]) -> None:
-    """Write the profile document as compact JSON (one object, newline-terminated)."""
-    json.dump(profile_dict(profiles), out, separators=(",", ":"))
+    """Write the profile document as compact JSON (one object, newline-terminated): ASCII,
+    undecodable bytes of names and paths as ``\\xNN`` text (:func:`json_text`)."""
+    out.write(json_text(profile_dict(profiles), separators=(",", ":")))
     out.write("\n")

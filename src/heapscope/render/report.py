@@ -14,7 +14,7 @@ from heapscope.terminal import clean
 
 
 def _cmd(words: list[str], width: int = 60) -> str:
-    text = shlex.join(words) if words else "?"
+    text = clean(shlex.join(words)) if words else "?"
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -23,13 +23,13 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:
     r = res.result
     how = f"was killed by signal {r.signal}" if r.signal else f"exited with status {r.returncode}"
     out.write(f"\nheapscope: {_cmd(res.command)} {how} after {r.end - r.start:.1f} s\n")
-    out.write(f"session: {res.path}\n")
-    for note in res.notes:
-        out.write(f"note: {note}\n")
+    out.write(f"session: {clean(res.path)}\n")
+    for note in res.notes:  # notes name programs and paths
+        out.write(f"note: {clean(note)}\n")
     if res.leaks.processes:
         out.write("\n")
         render_leaks(out, res.leaks, top=top)
-    q = shlex.quote(res.path)
+    q = clean(shlex.quote(res.path))
     out.write("\nnext:\n")
     out.write(f"  heapscope top --lines {q}\n")
     named = [f for f in res.leaks.findings if f.verdict in (LEAK, GROWING, LIVE)]
@@ -38,5 +38,5 @@ def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:
         # A name with control characters is printed escaped (never raw on a terminal).
         out.write(f"  heapscope top --lines --focus {shlex.quote(re.escape(clean(fn)))} {q}\n")
     out.write(f"  heapscope leaks {q}\n")
-    out.write(f"  report: {shlex.quote(res.path + '/report.json')}\n")
+    out.write(f"  report: {clean(shlex.quote(res.path + '/report.json'))}\n")
     print_commands(out, res.path, res.path)

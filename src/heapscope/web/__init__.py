@@ -5,25 +5,21 @@ Every page heapscope writes is one file that works offline: its CSS and JavaScri
 ``<script type="application/json">`` element, and a Content-Security-Policy forbids any network
 access and any script but the page's own (a per-page nonce), so even a symbol name that slipped
 into markup could not run. Symbol names come from binaries and JIT maps and may contain
-anything: the viewers only ever show them through ``textContent`` or canvas text.
+anything: the viewers only ever show them through ``textContent`` or canvas text, and text
+heapscope writes into markup itself goes through :func:`markup`.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import secrets
 from importlib import resources
 from typing import Any
 
-_ESCAPES = {
-    "<": "\\u003c",
-    ">": "\\u003e",
-    "&": "\\u0026",
-    "\u2028": "\\u2028",
-    "\u2029": "\\u2029",
-}
-_TABLE = str.maketrans(_ESCAPES)
+from heapscope.safetext import json_text
+from heapscope.terminal import clean
+
+_TABLE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def asset(name: str) -> str:
@@ -39,15 +35,22 @@ def script_json(data: Any) -> str:
 
     ``<``, ``>`` and ``&`` can only occur inside JSON strings, where ``\\u003c`` and friends
     mean the same character; so no ``</script>`` or ``<!--`` can end or alter the element.
-    U+2028/2029 are escaped for old JavaScript parsers. Lone surrogates (undecodable bytes
-    kept by ``surrogateescape``) are written as ``\\udcxx`` escapes.
+    The text is ASCII (:func:`heapscope.safetext.json_text`), so U+2028/2029, which old
+    JavaScript parsers took for line ends, are escapes too, and undecodable bytes kept as lone
+    surrogates are ``\\xNN`` text: the page is valid UTF-8.
     """
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    return text.translate(_TABLE)
+    return json_text(data, separators=(",", ":"), allow_nan=False).translate(_TABLE)
+
+
+def markup(text: str) -> str:
+    """``text`` for HTML or SVG markup, element content or a quoted attribute value.
+
+    Control and direction characters, U+FFFE/U+FFFF and undecodable bytes are shown as
+    visible escapes (:func:`heapscope.terminal.clean`: XML forbids most of them, and a
+    right-to-left override would reorder what the page shows), then ``& < > " '`` become
+    character references.
+    """
+    return html.escape(clean(text), quote=True)
 
 
 def page(title: str, *, css: list[str], scripts: list[str], body: str,
@@ -65,7 +68,7 @@ def page(title: str, *, css: list[str], scripts: list[str], body: str,
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
         "<link rel=\"icon\" href=\"data:,\">\n",
-        f"<title>{html.escape(title)}</title>\n",
+        f"<title>{markup(title)}</title>\n",
     ]
     for name in css:
         parts.append(f"<style nonce=\"{nonce}\">\n{asset(name)}</style>\n")
