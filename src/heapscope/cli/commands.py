@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "timeline": ("heapscope.cli.timeline",
                  "chart memory over time: RSS, heap per dump, top suspects"),
     "shell": ("heapscope.cli.shell", "interactive shell on a heap dump (like jeprof's prompt)"),
+    "serve": ("heapscope.cli.serve",
+              "browse sessions, dumps, leaks and diffs in a browser (one local URL)"),
     "env": ("heapscope.cli.env",
             "print the environment that turns on jemalloc heap profiling"),
 }

@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping as MappingT
-from typing import TYPE_CHECKING
 
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.filter import select_threads
 from heapscope.analysis.fold import FramePolicy, Wrappers
 from heapscope.analysis.top import SAMPLE_INDEX, View
 from heapscope.errors import InputError, UsageError
+from heapscope.inputs import per_process as per_process
+from heapscope.inputs import processes_title as processes_title
+from heapscope.inputs import recorded_facts as recorded_facts
+from heapscope.inputs import session_aliases as session_aliases
+from heapscope.inputs import session_facts as session_facts
 from heapscope.model import Profile
-from heapscope.prepare import ProgressFn, is_session, prepare
+from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
-from heapscope.symbols.options import ModuleFacts, default_cache_dir
+from heapscope.symbols.options import default_cache_dir
 from heapscope.terminal import clean
-
-if TYPE_CHECKING:
-    from heapscope.analysis.ownership import ProcessFacts
 
 
 def add_symbol_options(p: argparse.ArgumentParser) -> None:
@@ -149,28 +149,6 @@ def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None
     )
 
 
-def recorded_facts(inputs: list[str]) -> dict[str, ModuleFacts]:
-    """Module facts the session manifests of ``inputs`` recorded, by module path."""
-    out: dict[str, ModuleFacts] = {}
-    seen: set[str] = set()
-    for path in inputs:
-        folder = path if os.path.isdir(path) else os.path.dirname(os.path.dirname(
-            os.path.abspath(path)))
-        if folder in seen:
-            continue
-        seen.add(folder)
-        if not is_session(folder):
-            continue  # a plain dump: no manifest, and no session code to load (start-up)
-        from heapscope.capture.session import read_manifest, recorded_modules
-
-        for module, f in recorded_modules(read_manifest(folder)).items():
-            size, mtime = f.get("size"), f.get("mtime_ns")
-            out.setdefault(module, ModuleFacts(
-                str(f.get("build_id") or ""), size if isinstance(size, int) else None,
-                mtime if isinstance(mtime, int) else None))
-    return out
-
-
 def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
     """Write symbolizer notes to stderr: warnings always, info only when verbose."""
     seen: set[str] = set()
@@ -219,7 +197,7 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
             if len(paths) == 1:
                 raise
             # One bad dump among several: say which and why, go on with the rest.
-            print(f"heapscope: warning: skipped {e}", file=sys.stderr)
+            print(f"heapscope: warning: skipped {clean(str(e))}", file=sys.stderr)
             failed.append(e)
             continue
         print_diagnostics(prep.diagnostics, args.verbose)
@@ -227,9 +205,9 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
         profile = prep.profile
         if empty_dump(profile):
             # A dump with nothing in it is not "0 bytes live": it was cut or never written.
-            print(f"heapscope: warning: {path}: the dump holds no records, no 't*:' total and "
-                  "no memory map (cut short, or written before anything was sampled): its "
-                  "total of 0 says nothing", file=sys.stderr)
+            print(f"heapscope: warning: {clean(path)}: the dump holds no records, no 't*:' "
+                  "total and no memory map (cut short, or written before anything was "
+                  "sampled): its total of 0 says nothing", file=sys.stderr)
         if aliases:
             from heapscope.analysis.ownership import alias_modules
 
@@ -240,58 +218,6 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     if failed and not out:
         raise failed[0]
     if args.verbose and wrappers.describe():
-        print(f"heapscope: {wrappers.describe()}", file=sys.stderr)
+        print(f"heapscope: {clean(wrappers.describe())}", file=sys.stderr)
     args.wrappers = wrappers
     return out
-
-
-def session_facts(inputs: list[str]) -> dict[int, ProcessFacts]:
-    """What the session manifests among ``inputs`` say of their processes."""
-    facts: dict[int, ProcessFacts] = {}
-    for path in inputs:
-        if os.path.isdir(path) and is_session(path):
-            # Imported only for a session: a plain dump needs neither (start-up time).
-            from heapscope.analysis.ownership import facts_from_manifest
-            from heapscope.capture.session import read_manifest
-
-            facts.update(facts_from_manifest(read_manifest(path)))
-    return facts
-
-
-def session_aliases(inputs: list[str]) -> dict[str, str]:
-    """Program files by the names their processes were started as (see exe_aliases)."""
-    facts = session_facts(inputs)
-    if not facts:
-        return {}
-    from heapscope.analysis.ownership import exe_aliases
-
-    return exe_aliases(facts)
-
-
-def per_process(inputs: list[str], profiles: list[Profile], *, roots: bool = True
-                ) -> tuple[list[Profile], list[str]]:
-    """For dumps of several processes: each process's own memory (what a forked child
-    inherited is its parent's), with one root frame per process when ``roots``; and the
-    processes' labels, for a title (the ones holding the most first). One process: the
-    profiles as they are."""
-    from heapscope.analysis.ownership import fill_images, own_memory, with_process_root
-
-    pids = [p.pid for p in profiles if p.pid is not None]
-    if len(set(pids)) < 2:
-        return profiles, []
-    facts = fill_images(session_facts(inputs), profiles)
-    own = own_memory(profiles, facts)
-    labels = [facts[p.pid].label if p.pid is not None else p.source for p in own]
-    if roots:
-        own = [with_process_root(p, label, i) for i, (p, label) in enumerate(zip(own, labels,
-                                                                                  strict=True))]
-    # Titles name the processes that hold the most first.
-    held = {label: p.total(1) for p, label in zip(own, labels, strict=True)}
-    return own, sorted(labels, key=lambda label: -held[label])
-
-
-def processes_title(labels: list[str]) -> str:
-    """A title naming the processes of a picture."""
-    shown = ", ".join(labels[:3])
-    more = f" (+{len(labels) - 3} more)" if len(labels) > 3 else ""
-    return f"{len(labels)} processes: {shown}{more}"

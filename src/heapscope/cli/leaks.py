@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Any
 
-from heapscope.analysis.leaks import find_leaks
-from heapscope.analysis.series import group_by_pid, load_series, unreadable_series
 from heapscope.analysis.suppress import read_file
-from heapscope.capture.session import read_manifest, unfinished
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
@@ -20,16 +15,17 @@ from heapscope.cli.common import (
     find_dumps,
     frame_policy,
     print_diagnostics,
-    session_aliases,
     symbol_options,
 )
 from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
-from heapscope.errors import InputError, UsageError
-from heapscope.prepare import is_session
+from heapscope.errors import UsageError
+from heapscope.inputs import judge, left_out_note
 from heapscope.progress import DelayedProgress
 from heapscope.render.commands import print_commands
+from heapscope.render.json import render_json
 from heapscope.render.leaks import render_leaks
+from heapscope.terminal import clean
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,24 +49,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _session_info(paths: list[str]) -> tuple[dict[int, dict[str, Any]], int | None,
-                                              list[str]]:
-    info: dict[int, dict[str, Any]] = {}
-    root = None
-    notes = []
-    for path in paths:
-        if os.path.isdir(path) and is_session(path):
-            m = read_manifest(path)
-            root = m.get("pid", root)
-            for proc in m.get("processes", []):
-                if isinstance(proc, dict) and isinstance(proc.get("pid"), int):
-                    info[proc["pid"]] = proc
-            note = unfinished(m)
-            if note:
-                notes.append(note)
-    return info, root, notes
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope leaks``."""
     leak_limit, live_limit = thresholds(args, args.paths)
@@ -78,34 +56,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("no session, folder or dump given: heapscope leaks PATH…")
     rules = [r for f in args.suppressions for r in read_file(f)]
     dumps = find_dumps(args, args.paths)
-    info, root, session_notes = _session_info(args.paths)
     opts = symbol_options(args, args.paths)
-    frames = frame_policy(args)
     with DelayedProgress() as bar:
-        aliases = session_aliases(args.paths)
-        groups = group_by_pid(dumps)
-        series = []
-        for pid, paths in groups.items():
-            try:
-                series.append(load_series(pid, paths, opts, bar.update, aliases=aliases,
-                                          frames=frames))
-            except InputError as e:
-                if len(groups) == 1:
-                    raise  # the one thing asked for cannot be read: say so and stop
-                series.append(unreadable_series(pid, [str(e)]))
+        series, report = judge(args.paths, dumps, opts, frame_policy(args),
+                               suppressions=rules, progress=bar.update)
     for s in series:
         print_diagnostics(tuple(s.diagnostics), args.verbose)
-    report = find_leaks(series, info=info, root=root, suppressions=rules)
-    report.notes[:0] = session_notes
     left_out = getattr(args, "ignored_dumps", [])
     if left_out:
-        report.notes.append(f"{len(left_out)} file(s) were left out of a folder other users "
-                            f"can write to, e.g. {left_out[0].path}: {left_out[0].reason}")
+        report.notes.append(left_out_note(left_out))
     if args.verbose and report.wrappers.describe():
-        print(f"heapscope: {report.wrappers.describe()}", file=sys.stderr)
+        print(f"heapscope: {clean(report.wrappers.describe())}", file=sys.stderr)
     if args.format == "json":
-        json.dump(report.as_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        render_json(sys.stdout, report.as_dict())
     else:
         render_leaks(sys.stdout, report, top=args.top)
         if len(args.paths) == 1:
@@ -114,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
     if args.html and len(args.paths) == 1:
         os.makedirs(args.html, exist_ok=True)
         for path in write_html(args.paths[0], args.html):
-            print(f"heapscope: wrote {path}", file=sys.stderr)
+            print(f"heapscope: wrote {clean(path)}", file=sys.stderr)
     return gate(report, leak_limit, live_limit)

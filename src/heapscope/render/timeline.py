@@ -16,6 +16,7 @@ made from it with ``rsvg-convert`` (Debian ``librsvg2-bin``) or headless Chromiu
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import re
@@ -24,9 +25,9 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from html import escape
+from typing import Any
 
-from heapscope.analysis.leaks import Finding, find_leaks
+from heapscope.analysis.leaks import Finding, LeakReport, find_leaks
 from heapscope.analysis.ownership import (
     ProcessFacts,
     exe_aliases,
@@ -36,11 +37,12 @@ from heapscope.analysis.ownership import (
 from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
 from heapscope.capture.session import read_manifest
 from heapscope.errors import HeapscopeError, InputError
+from heapscope.files import open_regular
 from heapscope.formats.symbolized import SUFFIX
 from heapscope.prepare import expand_inputs, is_session
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.units import human_bytes
-from heapscope.web import page
+from heapscope.web import markup, page
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -59,6 +61,7 @@ class Line:
     pid: int | None
     points: list[tuple[float, float]]
     detail: str = ""
+    dumps: list[str] = field(default_factory=list)  # the dump of each point (heap, suspect)
 
 
 @dataclass
@@ -73,10 +76,13 @@ class Timeline:
 
 
 def read_rss(path: str) -> dict[int, list[tuple[float, float]]]:
-    """``rss.csv`` as points per pid ({} when absent); malformed rows are skipped."""
+    """``rss.csv`` as points per pid ({} when absent or not a regular file); malformed rows
+    are skipped."""
     out: dict[int, list[tuple[float, float]]] = {}
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        # Only a regular file: reading a FIFO named rss.csv would wait for a writer forever.
+        with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace",
+                              newline="") as f:
             for row in csv.DictReader(f):
                 try:
                     t, pid, rss = float(row["t_seconds"]), int(row["pid"]), float(row["rss_bytes"])
@@ -119,6 +125,14 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     info = {p["pid"]: p for p in manifest.get("processes", [])
             if isinstance(p, dict) and isinstance(p.get("pid"), int)}
     report = find_leaks(all_series, info=info, root=manifest.get("pid"))
+    return timeline_of(session, manifest, all_series, report, top=top)
+
+
+def timeline_of(session: str, manifest: dict[str, Any], all_series: list[ProcessSeries],
+                report: LeakReport, *, top: int = 5) -> Timeline:
+    """The lines of the chart from a session's series and the leak report on them."""
+    info = {p["pid"]: p for p in manifest.get("processes", [])
+            if isinstance(p, dict) and isinstance(p.get("pid"), int)}
     facts = fill_images(facts_from_manifest(manifest),
                         (s.profile for s in all_series if s.profile is not None))
     times = {id(s): [_dump_mtime(p) for p in s.paths] for s in all_series}
@@ -128,10 +142,13 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
         start = min(known) if known else 0.0
     notes: list[str] = []
     lines: list[Line] = []
-    rss = read_rss(os.path.join(session, "rss.csv"))
+    rss_path = os.path.join(session, "rss.csv")
+    rss = read_rss(rss_path)
     for pid in sorted(rss):
         lines.append(Line(f"RSS {_who(facts, pid)}", RSS, pid, rss[pid], _exe(info, pid)))
-    if not rss:
+    if not rss and os.path.exists(rss_path) and not os.path.isfile(rss_path):
+        notes.append("rss.csv is not a regular file: RSS is not shown")
+    elif not rss:
         notes.append("no rss.csv in this folder: RSS is not shown")
     by_pid: dict[int | None, tuple[ProcessSeries, list[float | None]]] = {}
     # Beside processes with a series, one dump is a dot, not a line: those are counted.
@@ -140,13 +157,15 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
     for s in sorted(all_series, key=lambda s: s.pid or 0):
         ts = times[id(s)]
         by_pid[s.pid] = (s, ts)
-        pts = [(t - start, total)
-               for t, total in zip(ts, s.totals, strict=False) if t is not None]
+        kept = [(t - start, total, path) for t, total, path
+                in zip(ts, s.totals, s.paths, strict=False) if t is not None]
+        pts = [(t, total) for t, total, _ in kept]
         if len(pts) == 1 and many:
             single += 1
         elif pts:
             lines.append(Line(f"heap {_who(facts, s.pid)}", HEAP, s.pid, pts,
-                              f"{len(pts)} dump{'s' if len(pts) != 1 else ''}"))
+                              f"{len(pts)} dump{'s' if len(pts) != 1 else ''}",
+                              [path for _, _, path in kept]))
     if single:
         notes.append(f"{single} process{'es' if single > 1 else ''} with one dump "
                      f"{'are' if single > 1 else 'is'} not drawn (heapscope leaks lists "
@@ -160,10 +179,13 @@ def collect_timeline(session: str, options: SymbolOptions, *, top: int = 5,
         s, ts = entry
         values = f.series or [f.bytes]
         ts_used = ts if f.series else ts[-1:]
-        pts = [(t - start, v) for t, v in zip(ts_used, values, strict=False) if t is not None]
+        paths = s.paths if f.series else s.paths[-1:]
+        kept_s = [(t - start, v, path) for t, v, path in zip(ts_used, values, paths,
+                                                              strict=False) if t is not None]
         where = f"{f.file}:{f.line}" if f.file else f.module
-        lines.append(Line(f"{f.function} ({f.verdict}, pid {f.pid})", SUSPECT, f.pid, pts,
-                          where))
+        lines.append(Line(f"{f.function} ({f.verdict}, pid {f.pid})", SUSPECT, f.pid,
+                          [(t, v) for t, v, _ in kept_s], where,
+                          [path for _, _, path in kept_s]))
     title = os.path.basename(os.path.abspath(session))
     cmd = manifest.get("command")
     if isinstance(cmd, list) and cmd:
@@ -256,22 +278,22 @@ def render_svg(tl: Timeline, width: int = 1000, plot_height: int = 420) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" '
            f'font-size="12" role="img">',
-           f'<title>{escape("heapscope timeline: " + tl.title)}</title>',
+           f'<title>{markup("heapscope timeline: " + tl.title)}</title>',
            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
            f'<text x="{left}" y="22" font-size="14" font-weight="bold">'
-           f'{escape(_clip(tl.title, 110))}</text>']
+           f'{markup(_clip(tl.title, 110))}</text>']
     for t in yticks:
         y = sy(t * scale)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" '
                    f'stroke="#e6e6e6"/>')
         out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#444">'
-                   f'{escape(_fmt(t))} {unit}</text>')
+                   f'{markup(_fmt(t))} {unit}</text>')
     for t in xticks:
         x = sx(t)
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" '
                    f'stroke="#f0f0f0"/>')
         out.append(f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle" '
-                   f'fill="#444">{escape(_fmt(t))}</text>')
+                   f'fill="#444">{markup(_fmt(t))}</text>')
     out.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph + 36}" text-anchor="middle" '
                f'fill="#222">seconds since start</text>')
     out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
@@ -295,17 +317,17 @@ def render_svg(tl: Timeline, width: int = 1000, plot_height: int = 420) -> str:
         styles.append((color, dash, w))
     for k, line in enumerate(tl.lines):
         color, dash, w = styles[k]
-        desc = escape(f"{line.label} {line.detail}".strip())
+        desc = markup(f"{line.label} {line.detail}".strip())
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in line.points)
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        cls = escape(line.kind)
+        cls = markup(line.kind)
         out.append(f'<g class="series {cls}"><title>{desc}</title>')
         if len(line.points) > 1:
             out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" '
                        f'stroke-width="{w}"{dash_attr} stroke-linejoin="round"/>')
         if line.kind != RSS or len(line.points) == 1:
             for x, y in line.points[:2000]:
-                tip = escape(f"{line.label}\nt = {x:.2f} s\n{human_bytes(y)}")
+                tip = f"{markup(line.label)}\nt = {x:.2f} s\n{human_bytes(y)}"
                 out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" '
                            f'fill="{color}"><title>{tip}</title></circle>')
         out.append("</g>")
@@ -321,7 +343,7 @@ def render_svg(tl: Timeline, width: int = 1000, plot_height: int = 420) -> str:
         out.append(f'<line x1="{left}" y1="{y + 6}" x2="{left + 28}" y2="{y + 6}" '
                    f'stroke="{color}" stroke-width="{w}"{dash_attr}/>')
         out.append(f'<text x="{left + 36}" y="{y + 10}" fill="#222">'
-                   f'{escape(_clip(text, 130))}</text>')
+                   f'{markup(_clip(text, 130))}</text>')
     if not tl.lines:
         out.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph / 2:.1f}" '
                    f'text-anchor="middle" fill="#888">no data</text>')
@@ -331,7 +353,7 @@ def render_svg(tl: Timeline, width: int = 1000, plot_height: int = 420) -> str:
 
 def render_html(tl: Timeline) -> str:
     """A self-contained page: the chart, the suspects' table and notes."""
-    parts = [f"<h1>{escape('heapscope timeline: ' + tl.title)}</h1>\n",
+    parts = [f"<h1>{markup('heapscope timeline: ' + tl.title)}</h1>\n",
              "<p class=\"hint\">Solid lines: RSS per process. Dashed: live heap estimated from "
              "each dump (the gap to RSS is memory the heap does not explain). Lines with dots: "
              "the top suspects' live bytes at each dump. Hover a point for its value.</p>\n",
@@ -343,14 +365,14 @@ def render_html(tl: Timeline) -> str:
         for k, f in enumerate(tl.findings, 1):
             where = f"{f.file}:{f.line}" if f.file else f.module
             parts.append(
-                f"<tr><td>{k}</td><td class=\"fn\">{escape(f.function)}</td>"
-                f"<td class=\"v-{escape(f.verdict)}\">{escape(f.verdict)}</td>"
-                f"<td>{escape(where)}</td><td>{escape(str(f.pid))}</td>"
-                f"<td>{escape(human_bytes(f.bytes))}</td>"
-                f"<td>{escape(human_bytes(f.growth))}</td></tr>\n")
+                f"<tr><td>{k}</td><td class=\"fn\">{markup(f.function)}</td>"
+                f"<td class=\"v-{markup(f.verdict)}\">{markup(f.verdict)}</td>"
+                f"<td>{markup(where)}</td><td>{markup(str(f.pid))}</td>"
+                f"<td>{markup(human_bytes(f.bytes))}</td>"
+                f"<td>{markup(human_bytes(f.growth))}</td></tr>\n")
         parts.append("</tbody></table>\n")
     for note in tl.notes:
-        parts.append(f"<p class=\"note\">{escape(note)}</p>\n")
+        parts.append(f"<p class=\"note\">{markup(note)}</p>\n")
     return page(f"heapscope timeline: {tl.title}", css=["timeline.css"], scripts=[],
                 body="".join(parts))
 
