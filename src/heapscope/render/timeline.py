@@ -91,6 +91,8 @@ def read_rss(path: str) -> dict[int, list[tuple[float, float]]]:
                 out.setdefault(pid, []).append((t, rss))
     except OSError:
         return {}
+    except csv.Error:
+        pass  # a damaged row (a field past csv's size limit): the rows before it are kept
     for pts in out.values():
         pts.sort()
     return out
