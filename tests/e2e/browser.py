@@ -1,6 +1,6 @@
 """Headless Chromium driven by selenium, for the tests of heapscope's pages.
 
-:func:`chromium` starts the browser the way ``test_flamegraph_browser.py`` does (a private
+:func:`chromium` starts the browser every page test uses (a private
 profile, no network chatter, the console log kept) and skips the test with the reason when
 selenium, chromium or chromedriver is missing.
 """

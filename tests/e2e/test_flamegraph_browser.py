@@ -11,62 +11,28 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import chromium, console_errors
 
 from heapscope.cli import flamegraph
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 HOSTILE = "<img src=x onerror=window.__xss=1>"
 JIT_START = 0x7E0000000000
 JIT_MAP = f"{JIT_START:x}-{JIT_START + 0x100000:x} r-xp 00000000 00:00 0\n"
 
 
-def _find(path: str, name: str) -> str | None:
-    if os.access(path, os.X_OK):
-        return path
-    return shutil.which(name)
-
-
 @pytest.fixture(scope="module")
 def driver() -> Iterator[Any]:
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium not installed: pip install selenium (dev extras)")
-    browser = _find(CHROMIUM, "chromium")
-    if browser is None:
-        pytest.skip("chromium not found: apt-get install chromium")
-    chromedriver = _find(CHROMEDRIVER, "chromedriver")
-    if chromedriver is None:
-        pytest.skip("chromedriver not found: apt-get install chromium-driver")
-    profile = tempfile.mkdtemp(prefix="heapscope-chromium-")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                 "--window-size=1400,900"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(chromedriver), options=opts)
-    try:
+    with chromium() as drv:
         yield drv
-    finally:
-        drv.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def make_flamegraph(out: Path, *dumps: str, extra: tuple[str, ...] = ()) -> None:
@@ -85,10 +51,6 @@ def open_page(driver: Any, path: Path) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"viewer did not start; console: {driver.get_log('browser')}")
-
-
-def console_errors(driver: Any) -> list[Any]:
-    return [e for e in driver.get_log("browser") if e.get("level") in ("SEVERE", "ERROR")]
 
 
 def canvas_png(driver: Any) -> bytes:

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from heapscope.model import Mapping
 from heapscope.symbols.elf import ElfInfo
 
+from .test_symbols_ahead import write_dump
 from .test_symbols_support import (
     EXE_BASE,
     build_c,
@@ -76,22 +76,6 @@ def fifo(path: Path) -> Path:
     if path.exists() or path.is_symlink():
         path.unlink()
     os.mkfifo(path)
-    return path
-
-
-def maps_text(maps: Sequence[Mapping]) -> str:
-    """``/proc/PID/maps`` lines, as jemalloc copies them into a dump."""
-    return "".join(f"{m.start:012x}-{m.limit:012x} {m.perms} {m.offset:08x} fe:00 4242"
-                   f"                       {m.path}\n" for m in maps)
-
-
-def write_dump(path: Path, stacks: Sequence[Sequence[int]], maps: Sequence[Mapping]) -> Path:
-    """A heap_v2 dump, every allocation sampled, one 100-byte object per stack."""
-    body = [f"heap_v2/0\n  t*: {len(stacks)}: {100 * len(stacks)} [0: 0]\n"]
-    for stack in stacks:
-        body.append("@ " + " ".join(f"{a:#x}" for a in stack) + "\n  t*: 1: 100 [0: 0]\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(body) + "\nMAPPED_LIBRARIES:\n" + maps_text(maps))
     return path
 
 

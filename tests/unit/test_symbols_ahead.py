@@ -43,6 +43,7 @@ def write_dump(path: Path, stacks: Sequence[Sequence[int]], maps: Sequence[Mappi
     body = [f"heap_v2/0\n  t*: {len(stacks)}: {100 * len(stacks)} [0: 0]\n"]
     for stack in stacks:
         body.append("@ " + " ".join(f"{a:#x}" for a in stack) + "\n  t*: 1: 100 [0: 0]\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(body) + "\nMAPPED_LIBRARIES:\n" + maps_text(maps))
     return path
 
