@@ -53,3 +53,14 @@ def test_top_of_a_plain_dump_loads_no_session_code(tmp_path: Path) -> None:
     assert "heapscope.cli.top" in mods and "heapscope.symbols.resolve" in mods  # it ran
     assert not [m for m in ("heapscope.capture.session", "heapscope.capture.access")
                 if m in mods]
+
+
+@pytest.mark.parametrize("argv", [("run", "--help"), ("shell", "--help"),
+                                  ("attach", "1", "watch", "--help")])
+def test_the_viewer_is_loaded_only_when_asked_for(argv: tuple[str, ...]) -> None:
+    """run --serve, attach watch --serve and the shell's web bring in the server; a command
+    that does not ask for it starts without starlette and uvicorn."""
+    mods = _imported(*argv)
+    assert f"heapscope.cli.{argv[0]}" in mods  # the command's own module was loaded
+    assert not [m for m in mods if m.split(".")[0] in ("starlette", "uvicorn")]
+    assert "heapscope.serve.server" not in mods

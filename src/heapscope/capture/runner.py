@@ -119,8 +119,13 @@ def build_env(lib: JemallocLib, conf: str, java: bool) -> dict[str, str]:
 
 
 def run_session(cmd: list[str], opts: RunOptions,
-                progress: Callable[[str, int, int], None] | None = None) -> SessionResult:
-    """Launch ``cmd`` under heap profiling and return what it left, symbolized and ranked."""
+                progress: Callable[[str, int, int], None] | None = None,
+                on_session: Callable[[str], None] | None = None) -> SessionResult:
+    """Launch ``cmd`` under heap profiling and return what it left, symbolized and ranked.
+
+    ``on_session(path)`` is called once the session folder and its manifest exist, just
+    before the program starts (``run --serve`` starts its viewer there); it must not raise.
+    """
     target = inspect_target(cmd[0])
     if target.path is None:
         raise CommandNotFound(f"{cmd[0]}: command not found")
@@ -152,6 +157,8 @@ def run_session(cmd: list[str], opts: RunOptions,
     manifest["heapscope_pid"] = os.getpid()
     manifest["helper"] = preload is not None
     sess.write_json(os.path.join(path, sess.MANIFEST), manifest)
+    if on_session is not None:
+        on_session(path)
     moved_notes: list[str] = []
     try:
         with create_new_text(os.path.join(path, "rss.csv"), 0o600) as rss:

@@ -84,6 +84,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.add_argument("--every", type=float, required=True, metavar="S")
     a.add_argument("--count", type=int, default=6, metavar="K",
                    help="dumps to take (default 6; Ctrl-C stops early and reports)")
+    a.add_argument("--serve", action="store_true",
+                   help="while the dumps are taken, show the session in the browser (as "
+                        "heapscope serve does, each dump as it comes) and print its URL; it "
+                        "stops with the watch, so the command ends when the series does; "
+                        "heapscope serve SESSION shows it again")
+    a.add_argument("--stay", action="store_true",
+                   help="with --serve (implied): after the report, go on showing the "
+                        "session until Ctrl-C or SIGTERM")
     session_opts(a)
     report_opts(a)
     p.set_defaults(func=run)
@@ -236,6 +244,25 @@ def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
     if args.every <= 0 or args.count < 2:
         raise UsageError("--every must be > 0 and --count at least 2")
     session = at.open_session(ctl, args.output, _facts(ctl))
+    viewer = None
+    if args.serve or args.stay:
+        from heapscope.cli.beside import SideViewer, inputs_of
+
+        # attach has no frame options: the viewer names sites as heapscope serve does.
+        viewer = SideViewer(inputs_of([session], symbol_options(args, [session])))
+        viewer.start()
+    try:
+        rc = _series(ctl, args, session)
+        if viewer is not None and args.stay:
+            viewer.stay()
+    finally:
+        if viewer is not None:
+            viewer.stop(session)
+    return rc
+
+
+def _series(ctl: at.Controller, args: argparse.Namespace, session: str) -> int:
+    """The dumps of ``attach watch`` into ``session``, then their report."""
     dumps: list[str] = []
     missed = 0
     why = ""

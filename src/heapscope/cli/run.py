@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heapscope.capture.runner import RunOptions, run_session
+from heapscope.capture.runner import RunOptions, SessionResult, run_session
+from heapscope.cli.beside import SideViewer, inputs_of
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
@@ -64,6 +65,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--top", type=int, default=5, metavar="N", help="suspects to print")
     p.add_argument("--html", action="store_true",
                    help="also write flamegraph.html and timeline.html into the session")
+    p.add_argument("--serve", action="store_true",
+                   help="while the program runs, show the session in the browser (as "
+                        "heapscope serve does; with --every it gains each dump as it comes) "
+                        "and print its URL before the program starts. The viewer stops with "
+                        "the run, so the run ends when the program does, in a script as at "
+                        "a terminal; heapscope serve SESSION shows it again")
+    p.add_argument("--stay", action="store_true",
+                   help="with --serve (implied): once the program has ended and the report "
+                        "is printed, go on showing the finished session until Ctrl-C or "
+                        "SIGTERM; the exit status is still the program's")
     add_frame_options(p)
     add_symbol_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
@@ -95,8 +106,31 @@ def run(args: argparse.Namespace) -> int:
     if args.every is not None and args.every <= 0:
         raise UsageError("--every needs a positive number of seconds")
     leak_limit, live_limit = thresholds(args)
-    with DelayedProgress() as bar:
-        res = run_session(cmd, opts, bar.update)
+    # The viewer of --serve, once the session exists (a list: the callback fills it).
+    viewers: list[SideViewer] = []
+
+    def start_viewer(path: str) -> None:
+        viewer = SideViewer(inputs_of([path], opts.symbol_options, opts.frames))
+        viewers.append(viewer)
+        viewer.start()
+
+    try:
+        with DelayedProgress() as bar:
+            res = run_session(cmd, opts, bar.update,
+                              start_viewer if args.serve or args.stay else None)
+        status = _report(args, res, leak_limit, live_limit)
+        if args.stay:
+            for viewer in viewers:
+                viewer.stay()
+    finally:
+        for viewer in viewers:
+            viewer.stop(viewer.inputs.paths[0])
+    return status
+
+
+def _report(args: argparse.Namespace, res: SessionResult, leak_limit: int | None,
+            live_limit: int | None) -> int:
+    """Print the run's report; the exit status: the program's, or the gates'."""
     print_diagnostics(tuple(res.diagnostics), args.verbose)
     if args.verbose and res.leaks.wrappers.describe():
         print(f"heapscope: {clean(res.leaks.wrappers.describe())}", file=sys.stderr)

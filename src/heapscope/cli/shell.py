@@ -3,7 +3,8 @@
 It speaks jeprof's interactive dialect so the seeds' habits work unchanged: ``top``,
 ``top30``, ``top --cum``, ``top --lines``, a bare regex to focus and ``-regex`` to ignore, plus
 ``focus RE``/``ignore RE`` to set them for later commands, the sample types, ``help`` and
-``quit``.
+``quit``; ``web`` shows the same dumps in the browser (the viewer of ``heapscope serve``, in
+a thread, while the prompt stays usable) until ``web stop`` or the shell ends.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import sys
 from typing import TextIO
 
 from heapscope.analysis.aggregate import GRANULARITIES
+from heapscope.analysis.fold import FramePolicy
 from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
+from heapscope.cli.beside import SideViewer, ViewerInputs
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
@@ -23,13 +26,16 @@ from heapscope.cli.common import (
     add_symbol_options,
     add_view_options,
     find_dumps,
+    frame_policy,
     load_profiles,
     session_aliases,
+    symbol_options,
     view_from_args,
 )
-from heapscope.errors import HeapscopeError
+from heapscope.errors import HeapscopeError, UsageError
 from heapscope.model import Profile
 from heapscope.render.text import render_table
+from heapscope.symbols import SymbolOptions
 from heapscope.terminal import clean
 
 HELP = """\
@@ -41,6 +47,8 @@ Commands:
   focus RE | focus        set (or clear) a focus for the following commands
   ignore RE | ignore      set (or clear) an ignore pattern
   inuse_space | inuse_objects | alloc_space | alloc_objects   switch sample type
+  web                     show these dumps in the browser: prints the viewer's URL
+  web stop                stop the viewer (leaving the shell stops it too)
   help                    this text
   quit | exit | Ctrl-D    leave
 """
@@ -64,7 +72,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope shell``: prepare the dumps, then the prompt."""
-    from heapscope.errors import UsageError
     from heapscope.progress import DelayedProgress
 
     paths = find_dumps(args, args.dumps, latest=True)
@@ -74,8 +81,24 @@ def run(args: argparse.Namespace) -> int:
         profiles = load_profiles(paths, args, bar.update, aliases=session_aliases(args.dumps))
         base = (load_profiles(find_dumps(args, [args.base], latest=True), args, bar.update)
                 if args.base else None)
-    Shell(profiles, view_from_args(args), base).loop()
+    Shell(profiles, view_from_args(args), base, web=web_inputs(args)).loop()
     return 0
+
+
+def web_inputs(args: argparse.Namespace) -> ViewerInputs:
+    """What the shell's ``web`` serves: the paths the command named (a session keeps its
+    overview and leak report), read with the command's symbol and frame options."""
+    from heapscope.formats.trust import uid_of
+
+    paths = [*args.dumps, *([args.base] if getattr(args, "base", None) else [])]
+    uids = []
+    for user in getattr(args, "trust_owner", []):
+        uid = uid_of(user)
+        if uid is None:
+            raise UsageError(f"--trust-owner {user}: no such user on this host")
+        uids.append(uid)
+    return ViewerInputs(tuple(paths), symbol_options(args, paths), frame_policy(args),
+                        trust_uids=tuple(uids))
 
 
 class Shell:
@@ -83,22 +106,37 @@ class Shell:
 
     def __init__(self, profiles: list[Profile], view: View,
                  base: list[Profile] | None = None,
-                 stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
+                 stdin: TextIO | None = None, stdout: TextIO | None = None,
+                 web: ViewerInputs | None = None) -> None:
         self.profiles = profiles
         self.base = base
         self.view = view._replace(nodecount=10)
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
+        # Without the command's own paths (heapscope top -i), web serves the dump files the
+        # profiles were read from, with the default options.
+        self.web = web or ViewerInputs(
+            tuple(p.source for p in [*profiles, *(base or [])] if p.source),
+            SymbolOptions(), FramePolicy.from_env())
+        self.viewer: SideViewer | None = None
 
     def loop(self) -> None:
-        """Read commands until quit or end of input."""
+        """Read commands until quit or end of input; the viewer stops with the shell."""
+        try:
+            self._loop()
+        finally:
+            if self.viewer is not None:
+                self.viewer.stop()
+
+    def _loop(self) -> None:
         interactive = self.stdin.isatty()
         if interactive:
             self.stdout.write("heapscope shell: type 'help' for commands, 'quit' to leave.\n")
         while True:
             if interactive:
                 self.stdout.write("(heapscope) ")
-                self.stdout.flush()
+            # Flushed each time: a program reading the answers through a pipe gets them now.
+            self.stdout.flush()
             line = self.stdin.readline()
             if not line:
                 if interactive:
@@ -126,6 +164,9 @@ class Shell:
             self.view = self.view._replace(sample=cmd)
             self.stdout.write(f"sample type: {cmd}\n")
             return True
+        if cmd == "web":
+            self._web(rest)
+            return True
         if cmd in ("focus", "ignore"):
             pattern = " ".join(rest) or None
             if cmd == "focus":
@@ -143,6 +184,28 @@ class Shell:
             return True
         self.stdout.write(f"unknown command {clean(repr(cmd))}; type 'help'\n")
         return True
+
+    def _web(self, words: list[str]) -> None:
+        """``web``: start the viewer (or say its URL again); ``web stop``: stop it."""
+        if words == ["stop"]:
+            if self.viewer is not None and self.viewer.running:
+                self.viewer.stop()
+                self.stdout.write("heapscope: viewer stopped\n")
+            else:
+                self.stdout.write("no viewer is running\n")
+            return
+        if words:
+            self.stdout.write("usage: web | web stop\n")
+            return
+        if self.viewer is not None and self.viewer.running:
+            self.stdout.write(f"heapscope: viewer at {self.viewer.url}\n")
+            return
+        if not self.web.paths:
+            self.stdout.write("error: these profiles were not read from files; nothing to "
+                              "serve\n")
+            return
+        self.viewer = SideViewer(self.web, err=self.stdout)
+        self.viewer.start()
 
     def _top(self, n: int | None, words: list[str]) -> None:
         view = self.view

@@ -63,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
         base_paths = find_dumps(args, [args.base], latest=True) if args.base else []
         base_profiles = load_profiles(base_paths, args, bar.update) if args.base else None
     if args.interactive:
-        from heapscope.cli.shell import Shell
+        from heapscope.cli.shell import Shell, web_inputs
 
-        Shell(profiles, view, base_profiles).loop()
+        Shell(profiles, view, base_profiles, web=web_inputs(args)).loop()
         return 0
     groups = [profiles] if args.merge or len(profiles) == 1 else [[p] for p in profiles]
     reports: list[dict[str, Any]] = []

@@ -4,7 +4,15 @@ A request names a dump or an input by its number only: the paths come from the c
 and from folders the server lists itself, never from a request. Folders are listed again
 (at most once a second, when asked) so that dumps a running session writes show up; a dump
 keeps its number for the life of the server, also when the session's self-contained copy
-(``symbolized/…json.gz``) replaces the raw dump it was made from.
+(``symbolized/…json.gz``) replaces the raw dump it was made from. A dump deleted since (the
+agent keeps only a window of dumps per target) leaves its input's list.
+
+A session directly inside a folder named on the command line (the state folder of
+``heapscope agent --state`` holds one attach session per target; a folder of ``heapscope
+run`` sessions) is an input of its own, with its manifest, not a heap of dumps in the
+folder's; one that appears there later (a new target) is added when the folder is listed
+again, and a folder holding nothing but sessions is not listed itself. Only the folder's
+own subfolders count, never a link to elsewhere.
 """
 
 from __future__ import annotations
@@ -54,13 +62,16 @@ class Dump:
 
 
 class Input:
-    """A path named on the command line: a session, a folder of dumps or one dump file."""
+    """A path named on the command line (a session, a folder of dumps or one dump file), or
+    a session found directly inside a folder named there."""
 
-    __slots__ = ("dumps", "id", "ignored", "kind", "path", "problem")
+    __slots__ = ("dumps", "id", "ignored", "kind", "parent", "path", "problem", "sessions")
 
-    def __init__(self, id: int, path: str) -> None:
+    def __init__(self, id: int, path: str, parent: int | None = None) -> None:
         self.id = id
         self.path = path
+        self.parent = parent  # the folder of sessions it was found in
+        self.sessions: set[str] = set()  # a folder's subfolders that are inputs now
         if os.path.isdir(path):
             self.kind = SESSION if is_session(path) else FOLDER
         else:
@@ -73,6 +84,21 @@ class Input:
     def title(self) -> str:
         """The folder's or file's name."""
         return os.path.basename(os.path.abspath(self.path)) or self.path
+
+    @property
+    def shown(self) -> bool:
+        """False for a folder that holds nothing but sessions: they are shown instead."""
+        return bool(self.dumps) or not self.sessions
+
+
+def _sessions_in(folder: str) -> list[str]:
+    """The sessions directly inside ``folder`` (not through links), by name."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(e.path for e in entries
+                          if e.is_dir(follow_symlinks=False) and is_session(e.path))
+    except OSError:
+        return []
 
 
 def _key(path: str) -> str:
@@ -117,7 +143,9 @@ class Catalog:
                 return self.version
             self._listed = now
             changed = False
-            for inp in self.inputs:
+            for inp in list(self.inputs):
+                if inp.kind == FOLDER and inp.parent is None:
+                    changed |= self._adopt_sessions(inp)
                 changed |= self._list(inp)
             if changed:
                 self.version += 1
@@ -134,8 +162,15 @@ class Catalog:
             except InputError as e:
                 found = []  # a session whose first dump is still to come
                 inp.problem = str(e)
+        if inp.sessions:  # a session's dumps belong to the session's own input
+            inside = tuple(os.path.join(p, "") for p in inp.sessions)
+            found = [p for p in found if not p.startswith(inside)]
+            ignored = [i for i in ignored if not i.path.startswith(inside)]
+            if inp.problem or not found:
+                inp.problem = f"{len(inp.sessions)} session(s), no other dumps"
         inp.ignored = ignored
         changed = False
+        listed: list[int] = []
         for path in found:
             key = _key(path)
             known = self._by_key.get((inp.id, key))
@@ -143,18 +178,36 @@ class Catalog:
                 dump = Dump(len(self.dumps), inp.id, key, path)
                 self.dumps.append(dump)
                 self._by_key[(inp.id, key)] = dump.id
-                inp.dumps.append(dump.id)
                 changed = True
             else:
                 dump = self.dumps[known]
                 if dump.path != path:
                     dump.path = path
                     changed = True
+            listed.append(dump.id)
             size, mtime = _dump_time(path, key)
             if (size, mtime) != (dump.size, dump.time):
                 dump.size, dump.time = size, mtime
                 changed = True
+        if listed != inp.dumps:  # a dump was deleted (or arrived): the list as found
+            inp.dumps = listed
+            changed = True
         return changed
+
+    def _adopt_sessions(self, folder: Input) -> bool:
+        """Add the sessions directly inside a folder as inputs of their own."""
+        added = False
+        for path in _sessions_in(folder.path):
+            if path not in folder.sessions:
+                folder.sessions.add(path)
+                real = os.path.realpath(path)
+                if any(os.path.realpath(i.path) == real for i in self.inputs):
+                    continue  # named on the command line as well
+                inp = Input(len(self.inputs), path, parent=folder.id)
+                self.inputs.append(inp)
+                self._list(inp)
+                added = True
+        return added
 
     def dump(self, dump_id: int) -> Dump:
         """The dump numbered ``dump_id``; KeyError when there is none."""
@@ -170,15 +223,18 @@ class Catalog:
         return self.inputs[input_id]
 
     def input_dumps(self, input_id: int) -> list[Dump]:
-        """The dumps of an input, in the order they were found (jemalloc's order)."""
+        """The dumps of an input, in the order they were found (jemalloc's order), but those
+        deleted since the folder was last listed (the agent's window moves every round, and
+        a leak report on a deleted dump would fail)."""
         with self.lock:
-            return [self.dumps[i] for i in self.inputs[input_id].dumps]
+            dumps = [self.dumps[i] for i in self.inputs[input_id].dumps]
+        return [d for d in dumps if os.path.exists(d.path)]
 
     def as_dict(self) -> dict[str, Any]:
         """Every input with its dumps, as ``/api/inputs`` returns them."""
         with self.lock:
             return {"version": self.version, "inputs": [
                 {"id": inp.id, "kind": inp.kind, "path": inp.path, "title": inp.title,
-                 "problem": inp.problem,
+                 "problem": inp.problem, "parent": inp.parent,
                  "dumps": [self.dumps[i].as_dict() for i in inp.dumps]}
-                for inp in self.inputs]}
+                for inp in self.inputs if inp.shown]}

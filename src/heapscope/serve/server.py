@@ -2,7 +2,8 @@
 
 The socket is bound here (port 0: the kernel picks a free one) and handed to uvicorn, so the
 URL printed is the one that answers, with no window in which another program could take the
-port. :class:`Viewer` runs the server in a thread (tests, ``run --serve`` later);
+port. :class:`Viewer` runs the server in a thread (tests, ``run --serve``, ``attach … watch
+--serve``, the shell's ``web``, see :mod:`heapscope.cli.beside`);
 :func:`serve` runs it in the foreground until Ctrl-C.
 """
 
@@ -71,6 +72,7 @@ class Viewer:
                                 timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
+        self._failure = ""
 
     @property
     def base(self) -> str:
@@ -87,18 +89,40 @@ class Viewer:
         """Serve in this thread until the server is told to stop (or Ctrl-C)."""
         self.server.run(sockets=[self.sock])
 
-    def start(self) -> None:
-        """Serve in a background thread; returns once the server answers."""
-        self._thread = threading.Thread(target=self.run, name="heapscope-serve", daemon=True)
+    def start(self, timeout: float = 30.0) -> None:
+        """Serve in a background thread; returns once the server answers (RuntimeError when
+        it could not start)."""
+        # A program started while the viewer runs (heapscope run --serve) must not inherit
+        # the listening socket: it would keep the port open after the viewer stopped.
+        self.sock.set_inheritable(False)
+        self._thread = threading.Thread(target=self._run_quietly, name="heapscope-serve",
+                                        daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started and self._thread.is_alive():
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive():
+                self.sock.close()
+                raise RuntimeError(self._failure or "the server ended as it started")
             if time.monotonic() > deadline:
-                raise RuntimeError("the viewer did not start")
+                self.stop()
+                raise RuntimeError(f"the server did not answer within {timeout:g} s")
             time.sleep(0.02)
 
+    def _run_quietly(self) -> None:
+        # uvicorn leaves by SystemExit when its start-up fails; in a thread that would only
+        # print a traceback, so the reason is kept for start() to report.
+        try:
+            self.run()
+        except BaseException as e:  # the thread's end: start() says it
+            self._failure = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+    @property
+    def running(self) -> bool:
+        """True while a server started with :meth:`start` serves."""
+        return self._thread is not None and self._thread.is_alive() and self.server.started
+
     def stop(self) -> None:
-        """Stop a server started with :meth:`start`."""
+        """Stop a server started with :meth:`start` and close its port (again: nothing)."""
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
