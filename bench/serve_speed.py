@@ -13,8 +13,10 @@ Steps:
    bench/.work/) and record ``heapscope run --no-symbolize -- many_stacks STACKS DUMPS``:
    each dump holds about STACKS stacks, raw (symbolized at the first look).
 2. In this process, through Starlette's TestClient (the ASGI app without sockets), time the
-   endpoints the page calls: with an empty cache folder (cold: read, symbolize, fold), with
-   a new server on the same cache folder (warm: the prepared profile read back), and again
+   endpoints the page calls (top, flame graph, call graph, callers, diff, hide, another
+   --alloc-fn, a merged set of every dump, the leak report): with an empty cache folder
+   (cold: read, symbolize, fold), with a new server on the same cache folder (warm: the
+   prepared profile read back), and again
    on the same server (hot: kept in memory). Each is the median of ``--repeat`` runs, each
    on a new server (and, cold, a new empty cache folder).
 """
@@ -124,6 +126,19 @@ def main() -> int:
             if len(ids) > 1:
                 note("diff of two dumps' top tables (one new dump, warm)",
                      timed(w, f"/api/diff?a={ids[0]}&b={dump}"))
+            note("call graph, DOT and SVG by graphviz (warm)",
+                 timed(w, f"/api/dump/{dump}/graph"))
+            note("call graph again with a focus (hot)",
+                 timed(w, f"/api/dump/{dump}/graph?focus=f1"))
+            note("top table with a hide pattern (hot)",
+                 timed(w, f"/api/dump/{dump}/top?hide=f1"))
+            note("top table with another --alloc-fn (a new fold, warm)",
+                 timed(w, f"/api/dump/{dump}/top?alloc_fn=f1$"))
+            merged = ",".join(str(i) for i in ids)
+            note(f"merged set of {len(ids)} dumps: top table (warm)",
+                 timed(w, f"/api/merged/top?ids={merged}"))
+            note(f"merged set of {len(ids)} dumps: call graph (warm)",
+                 timed(w, f"/api/merged/graph?ids={merged}"))
             note("leak report of the session (warm)",
                  timed(w, "/api/session/0/leaks"))
     width = max(len(k) for k in results)

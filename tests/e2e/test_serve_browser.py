@@ -6,7 +6,9 @@ server is the real command (``heapscope serve``, uvicorn, a free port), started 
 subprocess; the page is clicked through as a user would: the overview, a process, a dump on
 the timeline and its flame graph, a search, a focus pattern, a diff of two dumps, the
 source line of the leak, and a live session gaining a dump. The token and path refusals are
-checked over plain HTTP. Screenshots go to ``artifacts/serve-*.png``.
+checked over plain HTTP. Then the call graph (a node clicked sets the focus), hide and show
+patterns, ``--alloc-fn`` set from the page, the flame graph drawn as icicle or flame and
+inverted, and a merged set of three dumps. Screenshots go to ``artifacts/serve-*.png``.
 """
 
 from __future__ import annotations
@@ -136,6 +138,12 @@ def flame_names(driver: Any) -> set[str]:
     return {f["name"] for f in frames}
 
 
+def graph_names(driver: Any) -> list[str]:
+    """The names of the call graph's nodes, from the boxes laid over its image."""
+    return [str(e.get_attribute("data-name"))
+            for e in driver.find_elements("css selector", "#graph-hits .graph-node")]
+
+
 def type_into(driver: Any, element_id: str, text: str) -> None:
     box = driver.find_element("id", element_id)
     box.clear()
@@ -238,6 +246,7 @@ def test_diff_and_source(server: Server, driver: Any) -> None:
     first, later = picks[0].get_attribute("data-dump"), picks[15].get_attribute("data-dump")
     click(driver, picks[0])
     click(driver, picks[15])
+    click(driver, driver.find_element("css selector", "button.diff-picked"))
     settled(driver)
     frag = fragment(driver)
     assert (frag.get("view"), frag.get("a"), frag.get("b")) == ("diff", first, later)
@@ -263,6 +272,202 @@ def test_diff_and_source(server: Server, driver: Any) -> None:
     assert re.match(r"^\d[\d.]* (KiB|MiB|B)$", marked[0].find_element(
         "css selector", "td.flat").text)
     screenshot(driver, "serve-source.png")
+    assert console_errors(driver) == []
+
+
+def open_dump_tab(driver: Any, server: Server, dump: str, tab: str) -> None:
+    """From the overview: open a dump from the dumps list, then one of its tabs."""
+    driver.get(server.base + "/#view=overview")
+    settled(driver)
+    link = next(a for a in driver.find_elements("css selector", "a.open-dump")
+                if a.get_attribute("data-dump") == dump)
+    click(driver, link)
+    settled(driver)
+    click(driver, driver.find_element("id", "tab-" + tab))
+    settled(driver)
+
+
+def later_dump(driver: Any, server: Server) -> str:
+    """The id of a dump late in the run (everything allocated by then)."""
+    driver.get(server.base + "/#view=overview")
+    settled(driver)
+    picks = driver.find_elements("css selector", "input.pick")
+    return str(picks[15].get_attribute("data-dump"))
+
+
+def test_call_graph_focus_hide_and_frames(server: Server, driver: Any) -> None:
+    driver.get_log("browser")
+    driver.get(server.url)
+    settled(driver)
+    dump = later_dump(driver, server)
+    open_dump_tab(driver, server, dump, "graph")
+    assert fragment(driver).get("tab") == "graph"
+    names = wait_for("the call graph", lambda: graph_names(driver))
+    assert {"leak_linear", "cache_fill", "main"} <= set(names), names
+    img = driver.find_element("id", "graph-img")
+    assert str(img.get_attribute("src")).startswith("data:image/svg+xml")
+    assert driver.execute_script("return arguments[0].naturalWidth", img) > 100
+    # The SVG is an image: none of its elements is part of the page.
+    assert driver.execute_script("return document.querySelectorAll('svg g.node').length") == 0
+    assert "nodes" in driver.find_element("id", "graph-status").text
+    screenshot(driver, "serve-graph.png")
+
+    # A click on a node focuses every view on its function.
+    box = next(e for e in driver.find_elements("css selector", "#graph-hits .graph-node")
+               if e.get_attribute("data-name") == "leak_linear")
+    click(driver, box)
+    settled(driver)
+    assert fragment(driver).get("focus") == "^leak_linear$"
+    wait_for("the focused graph", lambda: "cache_fill" not in graph_names(driver)
+             and "leak_linear" in graph_names(driver))
+    click(driver, driver.find_element("id", "tab-top"))
+    settled(driver)
+    names = top_names(driver)
+    assert "leak_linear" in names and "cache_fill" not in names, names
+    click(driver, driver.find_element("id", "tab-flame"))
+    settled(driver)
+    wait_for("the focused flame graph", lambda: "cache_fill" not in flame_names(driver))
+    click(driver, driver.find_element("id", "clear"))
+    settled(driver)
+
+    # Hide: run_cache leaves the stacks, leak_linear's caller is now run_cache's caller.
+    type_into(driver, "hide", "^run_cache$")
+    settled(driver)
+    assert fragment(driver).get("hide") == "^run_cache$"
+    wait_for("the flame graph without run_cache", lambda: "run_cache" not in
+             flame_names(driver) and "leak_linear" in flame_names(driver))
+    click(driver, driver.find_element("id", "tab-graph"))
+    settled(driver)
+    wait_for("the graph without run_cache", lambda: "run_cache" not in graph_names(driver)
+             and "leak_linear" in graph_names(driver))
+    driver.get(server.base + "/#" + urllib.parse.urlencode(
+        {"view": "dump", "id": dump, "tab": "peek", "fn": "leak_linear",
+         "hide": "^run_cache$"}))
+    settled(driver)
+    callers = texts(driver, "table.callers td.name")
+    assert callers and "run_cache" not in callers, callers
+    # Show: only the frames asked for are left.
+    click(driver, driver.find_element("id", "clear"))
+    settled(driver)
+    type_into(driver, "show", "^(leak_linear|main)$")
+    settled(driver)
+    click(driver, driver.find_element("id", "tab-top"))
+    settled(driver)
+    names = top_names(driver)
+    assert "leak_linear" in names and not {"run_cache", "cache_fill"} & set(names), names
+    click(driver, driver.find_element("id", "clear"))
+    settled(driver)
+
+    # --alloc-fn from the page: leak_linear folds into its caller like malloc.
+    type_into(driver, "alloc_fn", "^leak_linear$")
+    settled(driver)
+    assert fragment(driver).get("alloc_fn") == "^leak_linear$"
+    names = top_names(driver)
+    assert "leak_linear" not in names and "run_cache" in names, names
+    via = driver.find_elements("css selector", "#top-table .evidence")
+    assert any("leak_linear" in e.text for e in via)
+    assert console_errors(driver) == []
+    type_into(driver, "alloc_fn", "(")  # a bad pattern: one line, and nothing else breaks
+    error = wait_for("the error", lambda: driver.find_element("id", "error").text)
+    assert error.startswith("alloc_fn '(': invalid regular expression"), error
+    click(driver, driver.find_element("id", "clear"))
+    settled(driver)
+    assert "leak_linear" in top_names(driver)
+    # The 400 answer is the one thing the browser logs.
+    logged = console_errors(driver)
+    assert [e for e in logged if e.get("source") != "network"] == [], logged
+    assert all("400" in e["message"] for e in logged), logged
+
+
+def test_icicle_flame_and_inverted(server: Server, driver: Any) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select
+
+    driver.get_log("browser")
+    driver.get(server.url)
+    settled(driver)
+    open_dump_tab(driver, server, later_dump(driver, server), "flame")
+    wait_for("the flame graph", lambda: driver.execute_script(
+        "return !!window.heapscopeViewer.flame()"))
+
+    def frames() -> list[dict[str, Any]]:
+        return list(driver.execute_script("return window.heapscopeViewer.flame().frames(0)"))
+
+    def depth_y(depth: int) -> float:
+        return float(next(f["y"] for f in frames() if f["depth"] == depth))
+
+    assert driver.find_element("id", "fg-orient").get_attribute("value") == "icicle"
+    assert depth_y(0) < depth_y(1)  # the root on top
+    Select(driver.find_element("id", "fg-orient")).select_by_value("flame")
+    settled(driver)
+    assert fragment(driver).get("draw") == "flame"
+    assert depth_y(0) > depth_y(1)  # the root at the bottom
+    # A hover finds the frame drawn under the pointer, also upside down.
+    leak = next(f for f in frames() if f["name"] == "leak_linear")
+    canvas = driver.find_element("id", "fg-flame")
+    size = canvas.size
+    ActionChains(driver).move_to_element_with_offset(
+        canvas, int(leak["x"] + leak["w"] / 2 - size["width"] / 2),
+        int(leak["y"] + leak["h"] / 2 - size["height"] / 2)).perform()
+    wait_for("the tooltip", lambda: "leak_linear" in driver.find_element(
+        "id", "fg-details").text)
+    screenshot(driver, "serve-flame-upward.png")
+
+    # Inverted: the allocating functions first, their callers above (or below) them.
+    click(driver, driver.find_element("id", "fg-invert"))
+    settled(driver)
+    assert fragment(driver).get("invert") == "1"
+    first = {f["name"] for f in frames() if f["depth"] == 1}
+    assert "leak_linear" in first and "main" not in first, first
+    driver.refresh()  # both are in the URL
+    settled(driver)
+    wait_for("the flame graph", lambda: driver.execute_script(
+        "return !!window.heapscopeViewer.flame()"))
+    assert driver.find_element("id", "fg-orient").get_attribute("value") == "flame"
+    assert driver.find_element("id", "fg-invert").is_selected()
+    assert "leak_linear" in {f["name"] for f in frames() if f["depth"] == 1}
+    assert depth_y(0) > depth_y(1)
+    click(driver, driver.find_element("id", "fg-invert"))
+    settled(driver)
+    outermost = {f["name"] for f in frames() if f["depth"] == 1}  # _start and the like
+    assert "leak_linear" not in outermost and outermost != first, outermost
+    assert console_errors(driver) == []
+
+
+def test_a_merged_set(server: Server, driver: Any) -> None:
+    driver.get_log("browser")
+    driver.get(server.url)
+    settled(driver)
+    picks = driver.find_elements("css selector", "input.pick")
+    chosen = [str(picks[k].get_attribute("data-dump")) for k in (5, 10, 15)]
+    merge = driver.find_element("css selector", "button.merge-picked")
+    assert not merge.is_enabled()
+    for k in (5, 10, 15):
+        click(driver, picks[k])
+    assert not driver.find_element("css selector", "button.diff-picked").is_enabled()
+    assert merge.text == "Open merged (3)"
+    click(driver, merge)
+    settled(driver)
+    frag = fragment(driver)
+    assert frag.get("view") == "merged" and frag.get("ids") == ",".join(chosen)
+    assert driver.find_element("id", "dump-title").text.startswith("merged: 3 dumps")
+    names = top_names(driver)
+    assert "leak_linear" in names and "cache_fill" in names, names
+    # The total is the three dumps' totals added up.
+    auth = {"X-Heapscope-Token": server.token}
+    each = [json.loads(_get(f"{server.base}/api/dump/{i}/top", auth)[1])["total"]
+            for i in chosen]
+    merged = json.loads(_get(f"{server.base}/api/merged/top?ids={','.join(chosen)}",
+                             auth)[1])
+    assert merged["total"] == sum(each)
+    assert driver.find_element("id", "top-total").text.startswith("Total: ")
+    screenshot(driver, "serve-merged.png")
+    click(driver, driver.find_element("id", "tab-graph"))
+    settled(driver)
+    assert "leak_linear" in wait_for("the merged graph", lambda: graph_names(driver))
+    click(driver, driver.find_element("id", "tab-flame"))
+    settled(driver)
+    wait_for("the merged flame graph", lambda: "leak_linear" in flame_names(driver))
     assert console_errors(driver) == []
 
 
@@ -380,7 +585,12 @@ def test_hostile_names_stay_text(leaky_c: Any, driver: Any, tmp_path: Path,
         click(driver, driver.find_element("id", "tab-flame"))
         settled(driver)
         wait_for("the flame graph", lambda: HOSTILE in flame_names(driver))
-        assert driver.execute_script("return document.getElementsByTagName('img').length") == 0
+        # The call graph: the name is text in an image, and the title of the box over it.
+        click(driver, driver.find_element("id", "tab-graph"))
+        settled(driver)
+        assert HOSTILE in graph_names(driver)
+        assert driver.execute_script(
+            "return document.querySelectorAll('img:not(#graph-img), svg g.node').length") == 0
         assert driver.execute_script("return typeof window.__xss") == "undefined"
         assert console_errors(driver) == []
     finally:

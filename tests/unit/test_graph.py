@@ -406,3 +406,17 @@ def test_dot_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         write_graph(build_graph([simple()], GraphOptions()), str(tmp_path / "g.svg"), "svg")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "g.svg").exists()
+
+
+def test_hide_and_show_shape_the_graph_and_its_title() -> None:
+    g = build_graph([simple()], GraphOptions(nodecount=0, nodefraction=0.0, edgefraction=0.0,
+                                             hide="^helper$"))
+    # helper's own 10 objects are main's now; leak_small is called by main.
+    assert nodes(g)["main"] == (1000, 10_000) and "helper" not in nodes(g)
+    assert edges(g)[("main", "leak_small")] == 3000
+    assert "Hiding frames: ^helper$" in to_dot(g)
+    shown = build_graph([simple()], GraphOptions(nodecount=0, nodefraction=0.0,
+                                                 edgefraction=0.0, show="^leak"))
+    assert nodes(shown) == {"leak_big": (6000, 6000), "leak_small": (3000, 3000),
+                            "[no stack]": (1000, 1000)}
+    assert "Showing only frames: ^leak" in to_dot(shown)

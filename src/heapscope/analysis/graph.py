@@ -38,10 +38,13 @@ class GraphOptions:
     edgefraction: float = 0.001
     focus: str | None = None
     ignore: str | None = None
+    hide: str | None = None
+    show: str | None = None
 
     def view(self) -> View:
         """The top View with the same sample type, granularity and filters."""
-        return View(self.sample, self.granularity, focus=self.focus, ignore=self.ignore)
+        return View(self.sample, self.granularity, focus=self.focus, ignore=self.ignore,
+                    hide=self.hide, show=self.show)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class Graph:
     base_sources: tuple[str, ...] = ()
     focus: str | None = None
     ignore: str | None = None
+    hide: str | None = None
+    show: str | None = None
     all_nodes: int = 0
     all_edges: int = 0
     node_cutoff: float = 0.0
@@ -222,6 +227,8 @@ def prune_graph(sums: Sums, options: GraphOptions, *, diff: bool = False,
         diff=diff,
         focus=options.focus,
         ignore=options.ignore,
+        hide=options.hide,
+        show=options.show,
         all_nodes=len(nodes),
         all_edges=len(sums.edges),
         node_cutoff=node_cutoff,

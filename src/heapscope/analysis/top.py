@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from heapscope.analysis.aggregate import Row, Table, aggregate, sort_rows, subtract
-from heapscope.analysis.filter import compile_re, focus, ignore
+from heapscope.analysis.filter import compile_re, focus, hide, ignore, show
 from heapscope.model import ALLOC_OBJECTS, ALLOC_SPACE, INUSE_OBJECTS, INUSE_SPACE, Profile
 
 SAMPLE_INDEX = {
@@ -27,14 +27,23 @@ class View(NamedTuple):
     focus: str | None = None
     ignore: str | None = None
     show_bytes: bool = False
+    hide: str | None = None
+    show: str | None = None
 
 
 def filtered(profile: Profile, view: View) -> Profile:
-    """Apply the view's focus and ignore patterns to a profile."""
+    """Apply the view's focus and ignore patterns (which stacks), then its hide and show
+    patterns (which frames of them) to a profile."""
+    # Stacks are chosen by the frames they had, as pprof does: hiding a frame never
+    # changes which stacks a focus keeps.
     if view.focus:
         profile = focus(profile, compile_re(view.focus, "--focus"))
     if view.ignore:
         profile = ignore(profile, compile_re(view.ignore, "--ignore"))
+    if view.hide:
+        profile = hide(profile, compile_re(view.hide, "--hide"))
+    if view.show:
+        profile = show(profile, compile_re(view.show, "--show"))
     return profile
 
 

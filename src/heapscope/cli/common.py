@@ -125,13 +125,23 @@ def add_view_options(p: argparse.ArgumentParser) -> None:
                    help="show N rows (0 = all; default 20)")
     p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
     p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_frame_filter_options(p)
     p.add_argument("--show-bytes", action="store_true", help="print bytes, not MiB")
+
+
+def add_frame_filter_options(p: argparse.ArgumentParser) -> None:
+    """pprof's ``--hide`` and ``--show``: which frames of the stacks are shown."""
+    p.add_argument("--hide", metavar="RE",
+                   help="drop frames matching RE from the stacks (their values stay with "
+                        "the rest of the stack)")
+    p.add_argument("--show", metavar="RE",
+                   help="keep only frames matching RE in the stacks (their values stay)")
 
 
 def view_from_args(args: argparse.Namespace) -> View:
     """The View described by parsed arguments."""
     return View(args.sample, args.granularity, args.cum, args.nodecount, args.focus,
-                args.ignore, args.show_bytes)
+                args.ignore, args.show_bytes, args.hide, args.show)
 
 
 def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None

@@ -9,6 +9,7 @@ from heapscope.analysis.top import View, filtered
 from heapscope.analysis.tree import build_tree
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
+    add_frame_filter_options,
     add_frame_options,
     add_input_options,
     add_sample_options,
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
     p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
     p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_frame_filter_options(p)
     p.add_argument("--title", help="title shown on the page (default: the dump's name)")
     add_frame_options(p)
     add_symbol_options(p)
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     paths = find_dumps(args, args.dumps, latest=True)
     base_paths = find_dumps(args, [args.base], latest=True) if args.base else []
     with DelayedProgress() as bar:
-        view = View(focus=args.focus, ignore=args.ignore)
+        view = View(focus=args.focus, ignore=args.ignore, hide=args.hide, show=args.show)
         loaded, labels = per_process(
             args.dumps, load_profiles(paths, args, bar.update,
                                       aliases=session_aliases(args.dumps), fold=False),

@@ -9,6 +9,7 @@ from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
+    add_frame_filter_options,
     add_frame_options,
     add_input_options,
     add_sample_options,
@@ -80,6 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="drop edges with |value| <= F of the total (default 0.001)")
     p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
     p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_frame_filter_options(p)
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
     p.add_argument("--base", metavar="DUMP",
                    help="draw the difference from this base dump (growth red, shrinkage green)")
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         find_dot()
     check_output(args.output, args.force)
     options = GraphOptions(args.sample, args.granularity, args.nodecount, args.nodefraction,
-                           args.edgefraction, args.focus, args.ignore)
+                           args.edgefraction, args.focus, args.ignore, args.hide, args.show)
     paths = find_dumps(args, args.dumps, latest=True)
     if not paths:
         raise UsageError("no dumps given")

@@ -24,9 +24,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "files on this machine, and print its URL (with a token every request "
                     "needs). In the browser: each session's processes, leak verdicts with "
                     "their evidence and timeline; each dump's top table, flame graph, "
-                    "callers and callees and source lines; the diff of any two dumps; "
-                    "focus and ignore patterns kept in the URL. A session still being "
-                    "written shows its new dumps as they come.")
+                    "call graph, callers and callees and source lines; the diff of any two "
+                    "dumps, or several added up; focus, ignore, hide and show patterns and "
+                    "--own/--alloc-fn kept in the URL. A session still being written shows "
+                    "its new dumps as they come.")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="a session (heapscope run -o), a folder of dumps, or dump files "
                         "(.heap, .heap.gz, symbolized .json.gz)")

@@ -113,6 +113,10 @@ def _title_lines(g: Graph) -> list[str]:
         lines.append(f"Focusing on: {g.focus}")
     if g.ignore:
         lines.append(f"Ignoring: {g.ignore}")
+    if g.hide:
+        lines.append(f"Hiding frames: {g.hide}")
+    if g.show:
+        lines.append(f"Showing only frames: {g.show}")
     shown = f"Showing {len(g.nodes)} of {g.all_nodes} nodes, {len(g.edges)} of {g.all_edges} edges"
     lines.append(shown)
     if g.dropped_nodes:
@@ -281,6 +285,13 @@ def write_graph(g: Graph, path: str, fmt: str, *, force: bool = False) -> None:
                          "--force") from None
     except OSError as e:
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+def draw(dot_text: str, fmt: str = "svg") -> bytes:
+    """DOT text drawn by Graphviz's ``dot`` as ``fmt`` (a ToolError when it cannot be)."""
+    if fmt not in FORMATS or fmt == "dot":
+        raise UsageError(f"unknown image format {fmt!r}")
+    return _run_dot(find_dot(), fmt, dot_text.encode("utf-8", "backslashreplace"), None)
 
 
 def _run_dot(dot: str, fmt: str, text: bytes, out: str | None) -> bytes:

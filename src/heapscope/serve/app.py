@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -28,16 +28,22 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from heapscope.analysis.aggregate import GRANULARITIES
+from heapscope.analysis.filter import compile_re
+from heapscope.analysis.fold import FramePolicy
+from heapscope.analysis.graph import GraphOptions
 from heapscope.analysis.top import SAMPLE_INDEX, View
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.safetext import json_ready
 from heapscope.serve.catalog import Dump
-from heapscope.serve.views import Workbench
+from heapscope.serve.views import Target, Workbench
 from heapscope.terminal import clean
 from heapscope.web import asset
 
 TOKEN_HEADER = "x-heapscope-token"
 MAX_ROWS = 100_000
+MAX_MERGED = 100  # dumps in one merged set
+PATTERNS = ("focus", "ignore", "hide", "show")
+DUMP_VIEWS = ("top", "flame", "peek", "source", "graph")
 _JSON_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
 
@@ -125,7 +131,7 @@ class Guard(BaseHTTPMiddleware):
 
 def view_of(request: Request) -> View:
     """The view the query asks for: ``sample``, ``granularity``, ``cum``, ``n``, ``focus``,
-    ``ignore`` (the names of ``heapscope top``'s options)."""
+    ``ignore``, ``hide``, ``show`` (the names of ``heapscope top``'s options)."""
     q = request.query_params
     sample = q.get("sample") or "inuse_space"
     if sample not in SAMPLE_INDEX:
@@ -139,8 +145,61 @@ def view_of(request: Request) -> View:
         raise UsageError("n must be a whole number") from None
     if not 0 <= n <= MAX_ROWS:
         raise UsageError(f"n must be 0 (all) to {MAX_ROWS}")
+    patterns = {name: q.get(name) or None for name in PATTERNS}
+    for name, text in patterns.items():
+        if text is not None:
+            compile_re(text, name)  # a bad one: 400, naming the parameter
     return View(sample, granularity, q.get("cum") in ("1", "true"), n,
-                q.get("focus") or None, q.get("ignore") or None)
+                patterns["focus"], patterns["ignore"], hide=patterns["hide"],
+                show=patterns["show"])
+
+
+def frames_of(request: Request, default: FramePolicy) -> FramePolicy:
+    """The frame policy the query asks for: ``own`` and ``alloc_fn`` (each a regular
+    expression, repeatable) replace the command line's ``--own`` and ``--alloc-fn`` when
+    given, even empty (then there are none)."""
+    q = request.query_params
+
+    def given(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        if name not in q:
+            return default
+        texts = tuple(t for t in q.getlist(name) if t)
+        for text in texts:
+            compile_re(text, name)
+        return texts
+
+    return default._replace(own=given("own", default.own),
+                            alloc_fn=given("alloc_fn", default.alloc_fn))
+
+
+def _fraction(text: str | None, name: str, default: float) -> float:
+    try:
+        v = float(text) if text else default
+    except ValueError:
+        raise UsageError(f"{name} must be a number") from None
+    if not 0.0 <= v < 1.0:
+        raise UsageError(f"{name} must be at least 0 and below 1")
+    return v
+
+
+def graph_options_of(request: Request, view: View) -> GraphOptions:
+    """The call graph the query asks for: the view's sample, granularity and patterns, and
+    ``nodecount``, ``nodefraction``, ``edgefraction`` (``heapscope graph``'s, and its
+    defaults)."""
+    q = request.query_params
+    defaults = GraphOptions()
+    try:
+        nodecount = int(q.get("nodecount") or defaults.nodecount)
+    except ValueError:
+        raise UsageError("nodecount must be a whole number") from None
+    if not 0 <= nodecount <= MAX_ROWS:
+        raise UsageError(f"nodecount must be 0 (no limit) to {MAX_ROWS}")
+    return GraphOptions(view.sample, view.granularity, nodecount,
+                        _fraction(q.get("nodefraction"), "nodefraction",
+                                  defaults.nodefraction),
+                        _fraction(q.get("edgefraction"), "edgefraction",
+                                  defaults.edgefraction),
+                        view.focus, view.ignore, view.hide, view.show)
 
 
 def create_app(bench: Workbench, token: str) -> Starlette:
@@ -163,6 +222,15 @@ def create_app(bench: Workbench, token: str) -> Starlette:
         base = request.query_params.get("base")
         return dump_of(base, "base") if base else None
 
+    def merged_of(request: Request) -> list[Dump]:
+        ids = [t.strip() for t in (request.query_params.get("ids") or "").split(",")]
+        if not any(ids):
+            raise UsageError("a merged set needs ids=ID,ID,…")
+        dumps = list({d.id: d for d in (dump_of(t) for t in ids if t)}.values())
+        if len(dumps) > MAX_MERGED:
+            raise UsageError(f"a merged set holds at most {MAX_MERGED} dumps")
+        return dumps
+
     def answer(make: Callable[[], Any]) -> Response:
         try:
             doc = make()
@@ -184,39 +252,55 @@ def create_app(bench: Workbench, token: str) -> Starlette:
 
     def inputs(request: Request) -> Response:
         catalog.refresh()
-        return JSONAnswer(catalog.as_dict())
+        doc = catalog.as_dict()
+        frames = bench.settings.frames
+        doc["frames"] = {"own": list(frames.own), "alloc_fn": list(frames.alloc_fn)}
+        return JSONAnswer(doc)
 
     def version(request: Request) -> Response:
         return JSONAnswer({"version": catalog.refresh()})
 
-    def top(request: Request) -> Response:
-        return answer(lambda: bench.top(dump_of(request.path_params["id"]), view_of(request),
-                                        base_of(request)))
-
-    def flame(request: Request) -> Response:
-        return answer(lambda: bench.flame(dump_of(request.path_params["id"]),
-                                          view_of(request), base_of(request)))
-
-    def peek(request: Request) -> Response:
-        def make() -> Any:
-            name = request.query_params.get("function")
+    def shape(request: Request, target: Target, what: str) -> Any:
+        """The view ``what`` of ``target``, as the query shapes it."""
+        view = view_of(request)
+        q = request.query_params
+        if what == "top":
+            return bench.top(target, view)
+        if what == "flame":
+            return bench.flame(target, view)
+        if what == "graph":
+            return bench.graph(target, graph_options_of(request, view))
+        if what == "peek":
+            name = q.get("function")
             if not name:
                 raise UsageError("peek needs function=NAME")
-            return bench.peek(dump_of(request.path_params["id"]), view_of(request), name,
-                              base_of(request))
-        return answer(make)
-
-    def source(request: Request) -> Response:
-        def make() -> Any:
-            file = request.query_params.get("file")
+            return bench.peek(target, view, name)
+        if what == "source":
+            file = q.get("file")
             if not file:
                 raise UsageError("source needs file=NAME (a file the profile names)")
-            doc = bench.source(dump_of(request.path_params["id"]), view_of(request), file,
-                               base_of(request))
+            doc = bench.source(target, view, file)
             if doc is None:
                 raise LookupError("the profile names no such file")
             return doc
+        raise LookupError(f"no view {what}")
+
+    def of_target(request: Request, dumps: Callable[[], Sequence[Dump]]) -> Response:
+        """The answer of a view (the path's ``view``) of ``dumps``."""
+        def make() -> Any:
+            what = request.path_params["view"]
+            if what not in DUMP_VIEWS:
+                raise LookupError(f"no view {what}")
+            target = Target(tuple(dumps()), base_of(request),
+                            frames_of(request, bench.settings.frames))
+            return shape(request, target, what)
         return answer(make)
+
+    def one_dump(request: Request) -> Response:
+        return of_target(request, lambda: [dump_of(request.path_params["id"])])
+
+    def merged(request: Request) -> Response:
+        return of_target(request, lambda: merged_of(request))
 
     def input_of(request: Request) -> int:
         i = number(request.path_params["id"], "session")
@@ -227,24 +311,25 @@ def create_app(bench: Workbench, token: str) -> Starlette:
         return i
 
     def leaks(request: Request) -> Response:
-        return answer(lambda: bench.leaks(input_of(request)))
+        return answer(lambda: bench.leaks(input_of(request),
+                                          frames_of(request, bench.settings.frames)))
 
     def timeline(request: Request) -> Response:
-        return answer(lambda: bench.timeline(input_of(request)))
+        return answer(lambda: bench.timeline(input_of(request),
+                                             frames_of(request, bench.settings.frames)))
 
     def diff(request: Request) -> Response:
         q = request.query_params
-        return answer(lambda: bench.top(dump_of(q.get("b"), "dump b"), view_of(request),
-                                        dump_of(q.get("a"), "dump a")))
+        return answer(lambda: bench.top(
+            Target((dump_of(q.get("b"), "dump b"),), dump_of(q.get("a"), "dump a"),
+                   frames_of(request, bench.settings.frames)), view_of(request)))
 
     routes = [
         Route("/", index),
         Route("/api/inputs", inputs),
         Route("/api/version", version),
-        Route("/api/dump/{id}/top", top),
-        Route("/api/dump/{id}/flame", flame),
-        Route("/api/dump/{id}/peek", peek),
-        Route("/api/dump/{id}/source", source),
+        Route("/api/dump/{id}/{view}", one_dump),
+        Route("/api/merged/{view}", merged),
         Route("/api/session/{id}/leaks", leaks),
         Route("/api/session/{id}/timeline", timeline),
         Route("/api/diff", diff),

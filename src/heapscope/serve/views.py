@@ -5,22 +5,27 @@ One path from a dump to a view: a dump is prepared by :func:`heapscope.prepare.p
 reads it back), then the top table is :func:`heapscope.analysis.top.build_table` and
 :func:`heapscope.render.json.table_dict` (``heapscope top --format json``), the flame graph
 :func:`heapscope.analysis.tree.build_tree` and :func:`heapscope.render.flamegraph.
-flamegraph_data` (``heapscope flamegraph``), the leak report :func:`heapscope.inputs.judge`
-(``heapscope leaks --format json``) and the chart :func:`heapscope.render.timeline.
-timeline_of` (``heapscope timeline``).
+flamegraph_data` (``heapscope flamegraph``), the call graph :func:`heapscope.analysis.graph.
+build_graph` and :func:`heapscope.render.callgraph.to_dot` (``heapscope graph``), the leak
+report :func:`heapscope.inputs.judge` (``heapscope leaks --format json``) and the chart
+:func:`heapscope.render.timeline.timeline_of` (``heapscope timeline``).
 
-Prepared profiles and leak reports are kept in memory (a few, newest first) and computed one
-at a time: two pages asking for the same dump wait for one preparation, not two.
+A view is of a :class:`Target`: one dump, or a merged set of dumps added together, minus a
+base for a diff, folded with a frame policy (the command line's ``--own``/``--alloc-fn``,
+or the page's). Prepared profiles (per dump and policy) and leak reports are kept in memory
+(a few, newest first) and computed one at a time: two pages asking for the same dump wait
+for one preparation, not two.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from heapscope.analysis.fold import FramePolicy
+from heapscope.analysis.fold import FramePolicy, Wrappers
+from heapscope.analysis.graph import GraphOptions
 from heapscope.analysis.top import View, build_table, filtered
 from heapscope.model import Profile
 from heapscope.prepare import Prepared, prepare
@@ -37,6 +42,15 @@ class Settings(NamedTuple):
     options: SymbolOptions
     frames: FramePolicy
     source_paths: tuple[str, ...] = ()
+
+
+class Target(NamedTuple):
+    """What a view shows: one dump, or several added together (a merged set, as ``top
+    --merge``), minus a base dump for a diff, with stacks folded as ``frames`` says."""
+
+    dumps: tuple[Dump, ...]
+    base: Dump | None
+    frames: FramePolicy
 
 
 class _Lru:
@@ -80,15 +94,17 @@ class Workbench:
                 self._results.put(key, got)
             return got  # type: ignore[no-any-return]
 
-    def prepared(self, dump: Dump, raw: bool = False) -> Prepared:
-        """The dump prepared as ``top`` (folded to sites) or, with ``raw``, as pictures
-        draw it (every frame)."""
-        key = (dump.path, dump.size, dump.time, raw)
+    def prepared(self, dump: Dump, raw: bool = False, frames: FramePolicy | None = None
+                 ) -> Prepared:
+        """The dump prepared as ``top`` (folded to sites as ``frames``, by default the
+        command line's, says) or, with ``raw``, as pictures draw it (every frame)."""
+        policy = RAW if raw else frames or self.settings.frames
+        # The policy is part of the key: another --own or --alloc-fn is another fold.
+        key = (dump.path, dump.size, dump.time, policy)
         with self.lock:
             got: Prepared | None = self._prepared.get(key)
             if got is None:
-                got = prepare(dump.path, self.settings.options,
-                              frames=RAW if raw else self.settings.frames)
+                got = prepare(dump.path, self.settings.options, frames=policy)
                 aliases = self._aliases(dump.input)
                 if aliases:
                     from heapscope.analysis.ownership import alias_modules
@@ -105,93 +121,143 @@ class Workbench:
 
         return session_aliases([inp.path])
 
-    def profile(self, dump: Dump, raw: bool = False) -> Profile:
+    def profile(self, dump: Dump, raw: bool = False, frames: FramePolicy | None = None
+                ) -> Profile:
         """The prepared profile of ``dump``."""
-        return self.prepared(dump, raw).profile
+        return self.prepared(dump, raw, frames).profile
 
     def _stamp(self, dump: Dump | None) -> Any:
         return None if dump is None else (dump.path, dump.size, dump.time)
 
-    # -- one dump (or a diff) ------------------------------------------------------------
+    def _key(self, target: Target, frames: bool = True) -> Any:
+        """What a view of ``target`` depends on (``frames``: the fold as well)."""
+        return (tuple(self._stamp(d) for d in target.dumps), self._stamp(target.base),
+                target.frames if frames else None)
 
-    def top(self, dump: Dump, view: View, base: Dump | None = None) -> dict[str, Any]:
-        """``heapscope top DUMP --format json`` (with ``--base``: the growth from base)."""
+    def _input_paths(self, dumps: Sequence[Dump]) -> list[str]:
+        paths = [self.catalog.input(d.input).path for d in dumps]
+        return list(dict.fromkeys(paths))
+
+    def _pictures(self, target: Target) -> tuple[list[Profile], list[Profile] | None,
+                                                 list[str]]:
+        """Every frame of the target's profiles as ``heapscope flamegraph`` and ``graph``
+        draw them (several processes: each its own memory under a root frame, no root in
+        a diff), its base's, and the processes' labels."""
+        from heapscope.inputs import per_process
+
+        raw = [self.profile(d, raw=True) for d in target.dumps]
+        profiles, labels = per_process(self._input_paths(target.dumps), raw,
+                                       roots=target.base is None)
+        base = None
+        if target.base is not None:
+            base = per_process(self._input_paths([target.base]),
+                               [self.profile(target.base, raw=True)], roots=False)[0]
+        return profiles, base, labels
+
+    # -- one dump, a merged set, or a diff -------------------------------------------------
+
+    def top(self, target: Target, view: View) -> dict[str, Any]:
+        """``heapscope top DUMP… --merge --format json`` (with ``--base``: the growth from
+        the base)."""
         from heapscope.render.json import table_dict
 
         def make() -> dict[str, Any]:
-            prep = self.prepared(dump)
-            base_profiles = [self.profile(base)] if base is not None else None
-            table, rows = build_table([prep.profile], view, base_profiles)
+            preps = [self.prepared(d, frames=target.frames) for d in target.dumps]
+            base = ([self.profile(target.base, frames=target.frames)]
+                    if target.base is not None else None)
+            table, rows = build_table([p.profile for p in preps], view, base)
+            wrappers = Wrappers()
+            for p in preps:
+                wrappers.update(p.wrappers)
             doc = table_dict(table, rows)
-            doc["sources"] = [prep.profile.source]
-            doc["wrappers"] = prep.wrappers.as_list()
-            doc["diff"] = base is not None
-            doc["notes"] = _warnings(prep)
+            doc["sources"] = [p.profile.source for p in preps]
+            doc["wrappers"] = wrappers.as_list()
+            doc["diff"] = target.base is not None
+            doc["notes"] = _warnings(preps)
             return doc
 
-        return self._cached(("top", self._stamp(dump), self._stamp(base), view), make)
+        return self._cached(("top", self._key(target), view), make)
 
-    def flame(self, dump: Dump, view: View, base: Dump | None = None) -> dict[str, Any]:
-        """The flame graph data of ``heapscope flamegraph DUMP`` (every frame, each saying
-        whose code it is), with the view's focus and ignore."""
+    def flame(self, target: Target, view: View) -> dict[str, Any]:
+        """The flame graph data of ``heapscope flamegraph DUMP…`` (every frame, each saying
+        whose code it is), with the view's focus, ignore, hide and show."""
         from heapscope.analysis.tree import build_tree
+        from heapscope.inputs import processes_title
         from heapscope.render.flamegraph import default_title, flamegraph_data
 
-        key = ("flame", self._stamp(dump), self._stamp(base), view.focus, view.ignore,
+        key = ("flame", self._key(target), view.focus, view.ignore, view.hide, view.show,
                view.sample)
 
         def make() -> dict[str, Any]:
-            profile = filtered(self.profile(dump, raw=True), view)
-            base_profiles = ([filtered(self.profile(base, raw=True), view)]
-                             if base is not None else None)
-            policy = self.settings.frames
-            tree = build_tree([profile], base=base_profiles,
+            loaded, loaded_base, labels = self._pictures(target)
+            profiles = [filtered(p, view) for p in loaded]
+            base = [filtered(p, view) for p in loaded_base] if loaded_base is not None else None
+            policy = target.frames
+            tree = build_tree(profiles, base=base,
                               frames=policy if policy.mode == "site" else None)
-            sources = [dump.key]
-            base_sources = [base.key] if base is not None else []
-            return flamegraph_data(tree, title=default_title(sources, base_sources),
-                                   sources=sources, sample=view.sample,
+            sources = [d.key for d in target.dumps]
+            base_sources = [target.base.key] if target.base is not None else []
+            title = (processes_title(labels) if labels and target.base is None
+                     else default_title(sources, base_sources))
+            return flamegraph_data(tree, title=title, sources=sources, sample=view.sample,
                                    base_sources=base_sources)
 
         return self._cached(key, make)
 
-    def peek(self, dump: Dump, view: View, name: str, base: Dump | None = None
-             ) -> dict[str, Any]:
+    def peek(self, target: Target, view: View, name: str) -> dict[str, Any]:
         """Callers and callees of the function ``name`` (every frame, as the call graph)."""
         from heapscope.analysis.peek import function_sums, peek_sums
 
         def sums() -> Any:
-            return function_sums([self.profile(dump, raw=True)], view,
-                                 [self.profile(base, raw=True)] if base is not None else None)
+            profiles, base, _ = self._pictures(target)
+            return function_sums(profiles, view, base)
 
-        s = self._cached(("sums", self._stamp(dump), self._stamp(base), view.sample,
-                          view.focus, view.ignore), sums)
+        # Every frame, whatever the fold: the key leaves the frame policy out.
+        s = self._cached(("sums", self._key(target, frames=False), view.sample, view.focus,
+                          view.ignore, view.hide, view.show), sums)
         p = peek_sums(s, name)
         return {"function": p.name, "flat": p.flat, "cum": p.cum, "total": p.total,
                 "sample_type": p.sample_type, "unit": p.unit, "files": list(p.files),
                 "callers": [{"name": c.name, "value": c.value} for c in p.callers],
                 "callees": [{"name": c.name, "value": c.value} for c in p.callees],
-                "diff": base is not None}
+                "diff": target.base is not None}
 
-    def source(self, dump: Dump, view: View, file: str, base: Dump | None = None
-               ) -> dict[str, Any] | None:
-        """The source view of ``file``, or None when the profile names no such file."""
+    def graph(self, target: Target, options: GraphOptions) -> dict[str, Any]:
+        """``heapscope graph DUMP… --format dot`` (with ``--base``: the change), the SVG
+        Graphviz draws from it and each node's box (:func:`~heapscope.serve.callgraph.
+        graph_doc`)."""
+        from heapscope.analysis.graph import build_graph
+        from heapscope.serve.callgraph import graph_doc
+
+        def make() -> dict[str, Any]:
+            profiles, base, _ = self._pictures(target)
+            policy = target.frames
+            graph = build_graph(profiles, options, base,
+                                frames=policy if policy.mode == "site" else None)
+            return graph_doc(graph)
+
+        return self._cached(("graph", self._key(target), options), make)
+
+    def source(self, target: Target, view: View, file: str) -> dict[str, Any] | None:
+        """The source view of ``file``, or None when the profiles name no such file."""
         from heapscope.serve.source import candidates, line_values, read_source, source_doc
 
-        own = self.profile(dump)
-        raw = self.profile(dump, raw=True)
+        own = [self.profile(d, frames=target.frames) for d in target.dumps]
+        raw = [self.profile(d, raw=True) for d in target.dumps]
         # The path opened is the profile's own string: a request only picks one of them.
-        named = {f.file: f.file for p in (own, raw) for loc in p.locations.values()
+        named = {f.file: f.file for p in (*own, *raw) for loc in p.locations.values()
                  for f in loc.frames if f.file}
         path = named.get(file)
         if path is None:
             return None
+        base = target.base
+        base_own = [self.profile(base, frames=target.frames)] if base is not None else None
+        base_raw = [self.profile(base, raw=True)] if base is not None else None
         space, objects = _pair(view.sample)
         lines = view._replace(granularity="lines", nodecount=0)
-        tables = [build_table([p], lines._replace(sample=s),
-                              [self.profile(base, raw=p is raw)] if base is not None
-                              else None)[0]
-                  for p, s in ((own, space), (own, objects), (raw, space), (raw, objects))]
+        tables = [build_table(ps, lines._replace(sample=s), bs)[0]
+                  for ps, bs, s in ((own, base_own, space), (own, base_own, objects),
+                                    (raw, base_raw, space), (raw, base_raw, objects))]
         values = line_values(path, *tables)
         settings = self.settings
         found = read_source(path, settings.source_paths, settings.options.sysroot)
@@ -203,19 +269,34 @@ class Workbench:
 
     # -- a session (or folder) -------------------------------------------------------------
 
-    def report(self, input_id: int) -> tuple[list[Any], Any, list[Dump]]:
+    def report(self, input_id: int, frames: FramePolicy | None = None
+               ) -> tuple[list[Any], Any, list[Dump]]:
         """The series and leak report of an input's dumps, as ``heapscope leaks`` makes
-        them; computed again when its dumps changed (a running session)."""
+        them (folded as ``frames``, by default the command line's, says); computed again
+        when its dumps changed (a running session)."""
+        from heapscope.errors import InputError
+
+        try:
+            return self._report(input_id, frames)
+        except InputError:
+            # A dump listed a moment ago may be gone (the agent drops the oldest of its
+            # window): list the folder again and judge what is there now, once.
+            self.catalog.refresh(force=True)
+            return self._report(input_id, frames)
+
+    def _report(self, input_id: int, frames: FramePolicy | None
+                ) -> tuple[list[Any], Any, list[Dump]]:
         from heapscope.inputs import judge
 
         inp = self.catalog.input(input_id)
-        dumps = [d for d in self.catalog.input_dumps(input_id)]
-        key = (input_id, tuple(self._stamp(d) for d in dumps))
+        dumps = list(self.catalog.input_dumps(input_id))
+        policy = frames or self.settings.frames
+        key = (input_id, tuple(self._stamp(d) for d in dumps), policy)
         with self.lock:
             got = self._reports.get(key)
             if got is None:
                 series, report = judge([inp.path], [d.path for d in dumps],
-                                       self.settings.options, self.settings.frames)
+                                       self.settings.options, policy)
                 if inp.ignored:
                     from heapscope.inputs import left_out_note
 
@@ -224,7 +305,7 @@ class Workbench:
                 self._reports.put(key, got)
             return got  # type: ignore[no-any-return]
 
-    def leaks(self, input_id: int) -> dict[str, Any]:
+    def leaks(self, input_id: int, frames: FramePolicy | None = None) -> dict[str, Any]:
         """``heapscope leaks --format json INPUT``, plus each suspect's evidence in words,
         each process's title and its dumps' numbers."""
         from heapscope.render.leaks import evidence
@@ -233,7 +314,7 @@ class Workbench:
             return {"processes": [], "suspects": [], "notes": [
                 self.catalog.input(input_id).problem or "no dumps yet"], "wrappers": [],
                 "evidence": [], "titles": {}, "dumps": {}}
-        series, report, dumps = self.report(input_id)
+        series, report, dumps = self.report(input_id, frames)
         doc: dict[str, Any] = report.as_dict()
         doc["evidence"] = [evidence(f, report.window) for f in report.findings]
         doc["titles"] = self._titles(input_id, series)
@@ -252,7 +333,7 @@ class Workbench:
                             [s.profile for s in series if s.profile is not None])
         return {str(pid): f.title for pid, f in facts.items()}
 
-    def timeline(self, input_id: int) -> dict[str, Any]:
+    def timeline(self, input_id: int, frames: FramePolicy | None = None) -> dict[str, Any]:
         """The lines of ``heapscope timeline INPUT``, each point with its dump's number."""
         inp = self.catalog.input(input_id)
         if inp.kind == FILE or not self.catalog.input_dumps(input_id):
@@ -261,7 +342,7 @@ class Workbench:
         from heapscope.capture.session import read_manifest
         from heapscope.render.timeline import timeline_of
 
-        series, report, dumps = self.report(input_id)
+        series, report, dumps = self.report(input_id, frames)
         manifest = read_manifest(inp.path) if inp.kind == SESSION else {}
         with self.lock:
             tl = timeline_of(inp.path, manifest, series, report, top=5)
@@ -281,11 +362,12 @@ def _pair(sample: str) -> tuple[str, str]:
     return f"{family}_space", f"{family}_objects"
 
 
-def _warnings(prep: Prepared) -> list[str]:
+def _warnings(preps: Sequence[Prepared]) -> list[str]:
     from heapscope.terminal import clean
 
     seen: dict[str, None] = {}
-    for d in prep.diagnostics:
-        if d.level == "warning":
-            seen[clean(str(d))] = None
+    for prep in preps:
+        for d in prep.diagnostics:
+            if d.level == "warning":
+                seen[clean(str(d))] = None
     return list(seen)

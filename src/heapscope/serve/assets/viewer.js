@@ -1,19 +1,25 @@
 // heapscope serve: the viewer's page. It reads the server's JSON endpoints and draws the
-// session overview (processes, leaks, timeline, dumps), one dump or a diff (top table,
-// flame graph, callers/callees, source). Everything it shows from a dump (names, files,
-// command lines) goes through textContent or SVG text nodes: never parsed as markup.
+// session overview (processes, leaks, timeline, dumps), one dump, a merged set of dumps or
+// a diff (top table, flame graph, call graph, callers/callees, source). Everything it shows
+// from a dump (names, files, command lines) goes through textContent or SVG text nodes:
+// never parsed as markup. The call graph, an SVG drawn by Graphviz, is shown as an image
+// (it runs nothing and is no part of this document); clicks land on boxes laid over it.
 // The state of a view lives in the address's #fragment, so a view can be reloaded or shared.
 (function () {
   'use strict';
 
   var SAMPLES = ['inuse_space', 'inuse_objects', 'alloc_space', 'alloc_objects'];
+  // The header's patterns: which stacks (focus, ignore), which frames (hide, show), whose
+  // code and which wrappers (own, alloc_fn); each applies to every view.
+  var PATTERNS = ['focus', 'ignore', 'hide', 'show', 'own', 'alloc_fn'];
+  var TABS = ['top', 'flame', 'graph', 'peek', 'source'];
   var POLL_MS = 1500;
   var busy = 0;
   var inputsDoc = null;
   var version = -1;
   var flame = null;  // the mounted flame graph's handle
   var flameKey = '';
-  var picked = [];  // dumps chosen for a diff, oldest first
+  var picked = [];  // dumps ticked for a diff or a merged set
   var shown = '';   // the fragment last drawn
 
   // ------------------------------------------------------------------ helpers
@@ -76,7 +82,13 @@
   }
   function filterParams(p) {
     var out = {};
-    ['sample', 'focus', 'ignore'].forEach(function (k) { if (p.get(k)) out[k] = p.get(k); });
+    ['sample'].concat(PATTERNS).forEach(function (k) { if (p.get(k)) out[k] = p.get(k); });
+    return out;
+  }
+  // What the leak report depends on among them: the fold.
+  function frameParams(p) {
+    var out = {};
+    ['own', 'alloc_fn'].forEach(function (k) { if (p.get(k)) out[k] = p.get(k); });
     return out;
   }
 
@@ -108,8 +120,7 @@
     showError('');
     var view = p.get('view') || 'overview';
     $('sample').value = p.get('sample') || 'inuse_space';
-    $('focus').value = p.get('focus') || '';
-    $('ignore').value = p.get('ignore') || '';
+    PATTERNS.forEach(function (k) { $(k).value = p.get(k) || ''; });
     $('overview').hidden = view !== 'overview';
     $('dump').hidden = view === 'overview';
     if (view === 'overview') {
@@ -125,6 +136,11 @@
     return api('/api/inputs').then(function (doc) {
       inputsDoc = doc;
       version = doc.version;
+      // The command line's --own and --alloc-fn, shown until the page sets its own.
+      ['own', 'alloc_fn'].forEach(function (k) {
+        var given = (doc.frames && doc.frames[k]) || [];
+        if (given.length) $(k).placeholder = given.join(' | ');
+      });
       return doc;
     });
   }
@@ -150,8 +166,8 @@
         return only === null || String(inp.id) === only;
       });
       return Promise.all(parts.map(function (inp) {
-        return Promise.all([api('/api/session/' + inp.id + '/leaks'),
-                            api('/api/session/' + inp.id + '/timeline')])
+        return Promise.all([api('/api/session/' + inp.id + '/leaks', frameParams(p)),
+                            api('/api/session/' + inp.id + '/timeline', frameParams(p))])
           .then(function (got) { return {inp: inp, leaks: got[0], timeline: got[1]}; });
       })).then(function (all) {
         root.textContent = '';
@@ -225,13 +241,15 @@
       var where = f.file ? f.file + ':' + f.line : f.module;
       var acts = h('span', {'class': 'actions'});
       if (last !== null) {
-        acts.appendChild(h('a', {'class': 'flame-link', href: link({view: 'dump', id: last,
-          tab: 'flame', search: f.function})}, ['flame graph']));
-        acts.appendChild(h('a', {'class': 'peek-link', href: link({view: 'dump', id: last,
-          tab: 'peek', fn: f.function})}, ['callers']));
+        var fold = frameParams(params());
+        acts.appendChild(h('a', {'class': 'flame-link', href: link(Object.assign({
+          view: 'dump', id: last, tab: 'flame', search: f.function}, fold))}, ['flame graph']));
+        acts.appendChild(h('a', {'class': 'peek-link', href: link(Object.assign({
+          view: 'dump', id: last, tab: 'peek', fn: f.function}, fold))}, ['callers']));
         if (f.file) {
-          acts.appendChild(h('a', {'class': 'src-link', href: link({view: 'dump', id: last,
-            tab: 'source', file: f.file, line: f.line})}, ['source']));
+          acts.appendChild(h('a', {'class': 'src-link', href: link(Object.assign({
+            view: 'dump', id: last, tab: 'source', file: f.file, line: f.line}, fold))},
+            ['source']));
         }
       }
       body.appendChild(h('tr', {'class': 'suspect', 'data-pid': f.pid}, [
@@ -271,7 +289,8 @@
     }
     box.appendChild(h('p', {id: 'timeline-help'}, [
       'Solid: RSS; dashed: the heap the dumps account for; dotted lines: the top suspects. ' +
-      'Click a dump (a dot) to open it; shift-click two dumps to open their diff.']));
+      'Click a dump (a dot) to open it; shift-click dumps to tick them for a diff or a ' +
+      'merged set (below).']));
     var W = Math.max(Math.min(($('inputs').clientWidth || 1000) - 20, 1400), 600), H = 300;
     var L = 80, R = 20, T = 14, B = 34;
     var xmax = 0, ymax = 0;
@@ -342,12 +361,18 @@
 
   function dumpsList(inp, pid) {
     var box = h('div', null, [h('h3', null, ['Dumps ', h('span', {'class': 'muted'},
-      ['(open one; tick two for their diff)'])])]);
+      ['(open one; tick two for their diff, or several to add them up)'])])]);
+    var diffBtn = h('button', {type: 'button', 'class': 'diff-picked'}, ['Diff']);
+    var mergeBtn = h('button', {type: 'button', 'class': 'merge-picked'}, ['Open merged']);
+    diffBtn.addEventListener('click', openDiff);
+    mergeBtn.addEventListener('click', openMerged);
+    box.appendChild(h('div', {'class': 'pick-bar'}, [diffBtn, mergeBtn,
+      h('span', {'class': 'pick-count muted'})]));
     var body = h('tbody');
     inp.dumps.forEach(function (d) {
       if (pid && String(d.pid) !== pid) return;
       var box2 = h('input', {type: 'checkbox', 'class': 'pick', 'data-dump': d.id,
-                             'aria-label': 'choose for a diff'});
+                             'aria-label': 'tick for a diff or a merged set'});
       box2.addEventListener('change', function () { pick(d.id); });
       var when = d.time ? new Date(d.time * 1000).toLocaleTimeString() : '';
       body.appendChild(h('tr', {'class': 'dump-row', 'data-dump': d.id}, [
@@ -366,22 +391,40 @@
     return box;
   }
 
-  // Choose a dump for a diff; the second one chosen opens the diff (older as the base).
+  // Tick (or untick) a dump for a diff or a merged set.
   function pick(id) {
     var at = picked.indexOf(id);
     if (at >= 0) picked.splice(at, 1);
     else picked.push(id);
-    if (picked.length > 2) picked.shift();
     syncPicks();
-    if (picked.length === 2) {
-      var a = Math.min(picked[0], picked[1]), b = Math.max(picked[0], picked[1]);
-      picked = [];
-      go(Object.assign({view: 'diff', a: a, b: b}, filterParams(params())));
-    }
+  }
+  // Two ticked dumps: their diff, the older one as the base.
+  function openDiff() {
+    if (picked.length !== 2) return;
+    var a = Math.min(picked[0], picked[1]), b = Math.max(picked[0], picked[1]);
+    picked = [];
+    go(Object.assign({view: 'diff', a: a, b: b}, filterParams(params())));
+  }
+  // Two or more: added up into one report, as top --merge.
+  function openMerged() {
+    if (picked.length < 2) return;
+    var ids = picked.slice().sort(function (x, y) { return x - y; }).join(',');
+    picked = [];
+    go(Object.assign({view: 'merged', ids: ids}, filterParams(params())));
   }
   function syncPicks() {
     document.querySelectorAll('input.pick').forEach(function (el) {
       el.checked = picked.indexOf(+el.getAttribute('data-dump')) >= 0;
+    });
+    document.querySelectorAll('button.diff-picked').forEach(function (el) {
+      el.disabled = picked.length !== 2;
+    });
+    document.querySelectorAll('button.merge-picked').forEach(function (el) {
+      el.disabled = picked.length < 2;
+      el.textContent = 'Open merged' + (picked.length >= 2 ? ' (' + picked.length + ')' : '');
+    });
+    document.querySelectorAll('.pick-count').forEach(function (el) {
+      el.textContent = picked.length ? picked.length + ' ticked' : '';
     });
     document.querySelectorAll('circle.pt').forEach(function (el) {
       el.classList.toggle('picked', picked.indexOf(+el.getAttribute('data-dump')) >= 0);
@@ -390,14 +433,33 @@
 
   // ------------------------------------------------------------------ one dump, or a diff
 
+  // What a view shows: dump ids (several for a merged set) and a base for a diff.
   function target(p) {
-    if (p.get('view') === 'diff') return {id: p.get('b'), base: p.get('a')};
-    return {id: p.get('id'), base: null};
+    var view = p.get('view');
+    if (view === 'diff') return {ids: [p.get('b')], base: p.get('a'), merged: false};
+    if (view === 'merged') {
+      return {ids: (p.get('ids') || '').split(','), base: p.get('base'), merged: true};
+    }
+    return {ids: [p.get('id')], base: null, merged: false};
+  }
+  function endpoint(t, what) {
+    return t.merged ? '/api/merged/' + what : '/api/dump/' + t.ids[0] + '/' + what;
   }
   function query(p, extra) {
     var q = filterParams(p), t = target(p);
     if (t.base !== null) q.base = t.base;
+    if (t.merged) q.ids = t.ids.join(',');
     return Object.assign(q, extra || {});
+  }
+  function targetTitle(t) {
+    var title = t.ids.map(function (id) { return dumpLabel(dumpById(id)); });
+    if (t.merged) {
+      title = ['merged: ' + t.ids.length + ' dumps: ' + title.slice(0, 4).join(', ') +
+               (title.length > 4 ? ', \u2026' : '')];
+    }
+    if (t.base !== null) title.push(' minus  ' + dumpLabel(dumpById(t.base)) +
+                                    '  (new \u2212 base)');
+    return title.join(' ');
   }
 
   function drawDump(p) {
@@ -405,19 +467,16 @@
     var tab = p.get('tab') || 'top';
     var ready = inputsDoc ? Promise.resolve(inputsDoc) : loadInputs();
     return ready.then(function () {
-      var d = dumpById(t.id), b = t.base !== null ? dumpById(t.base) : null;
-      var title = t.base !== null ? dumpLabel(d) + '  minus  ' + dumpLabel(b) +
-          '  (new \u2212 base)' : dumpLabel(d);
-      $('dump-title').textContent = title;
-      $('where').textContent = ' \u203a ' + (t.base !== null ? 'diff' : 'dump');
+      $('dump-title').textContent = targetTitle(t);
+      $('where').textContent = ' \u203a ' + (t.merged ? 'merged' : t.base !== null ? 'diff' :
+                                             'dump');
       document.querySelectorAll('#tabs button').forEach(function (btn) {
         btn.classList.toggle('active', btn.getAttribute('data-tab') === tab);
       });
-      ['top', 'flame', 'peek', 'source'].forEach(function (name) {
-        $('pane-' + name).hidden = name !== tab;
-      });
+      TABS.forEach(function (name) { $('pane-' + name).hidden = name !== tab; });
       if (tab === 'top') return drawTop(p);
       if (tab === 'flame') return drawFlame(p);
+      if (tab === 'graph') return drawGraph(p);
       if (tab === 'peek') return drawPeek(p);
       return drawSource(p);
     });
@@ -430,8 +489,8 @@
     $('granularity').value = gran;
     $('cum').checked = cum;
     $('rows').value = n;
-    return api('/api/dump/' + t.id + '/top', query(p, {granularity: gran, cum: cum ? 1 : 0,
-                                                       n: n})).then(function (doc) {
+    return api(endpoint(t, 'top'), query(p, {granularity: gran, cum: cum ? 1 : 0, n: n}))
+      .then(function (doc) {
       var body = $('top-table').querySelector('tbody');
       body.textContent = '';
       var sum = 0, total = doc.total;
@@ -466,8 +525,9 @@
       });
       $('top-total').textContent = (doc.diff ? 'Change: ' : 'Total: ') +
           show(doc.unit, total) + ' ' + doc.sample_type.replace('_', ' ') +
-          ' \u2022 ' + doc.rows.length + ' rows' + (p.get('focus') ? ' \u2022 focus ' +
-          p.get('focus') : '') + (p.get('ignore') ? ' \u2022 ignore ' + p.get('ignore') : '');
+          ' \u2022 ' + doc.rows.length + ' rows' + PATTERNS.map(function (k) {
+            return p.get(k) ? ' \u2022 ' + k.replace('_', ' ') + ' ' + p.get(k) : '';
+          }).join('');
       $('dump-notes').textContent = (doc.notes || []).join(' \u2022 ');
     });
   }
@@ -480,12 +540,12 @@
 
   function drawFlame(p) {
     var t = target(p);
-    var key = JSON.stringify([t, p.get('focus'), p.get('ignore'), p.get('sample')]);
+    var key = JSON.stringify([t, filterParams(p)]);
     if (flame && key === flameKey) {
-      flame.redraw();
+      drawnAs(p);
       return Promise.resolve();
     }
-    return api('/api/dump/' + t.id + '/flame', query(p)).then(function (data) {
+    return api(endpoint(t, 'flame'), query(p)).then(function (data) {
       if (flame) flame.destroy();
       flameKey = key;
       flame = window.heapscopeFlame.mount(data, {prefix: 'fg-'});
@@ -495,6 +555,93 @@
         box.value = want;
         box.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'}));
       }
+      drawnAs(p);
+    });
+  }
+
+  // The flame graph drawn as the URL says: icicle or flame, callees or callers.
+  function drawnAs(p) {
+    var orient = p.get('draw') === 'flame' ? 'flame' : 'icicle';
+    var invert = $('fg-invert'), inverted = p.get('invert') === '1';
+    $('fg-orient').value = orient;
+    if (invert.checked !== inverted) {
+      invert.checked = inverted;
+      invert.dispatchEvent(new Event('change'));  // the flame graph builds that tree
+    }
+    flame.redraw();
+  }
+
+  // The call graph: Graphviz's SVG as an image, and a box over each node to click.
+  function drawGraph(p) {
+    var t = target(p), nodes = p.get('nodecount') || '80', fit = p.get('fit') !== '0';
+    $('graph-nodes').value = nodes;
+    $('graph-fit').checked = fit;
+    return api(endpoint(t, 'graph'), query(p, {granularity: p.get('granularity') || 'functions',
+                                                nodecount: nodes})).then(function (doc) {
+      var img = $('graph-img'), hits = $('graph-hits'), message = $('graph-message');
+      hits.textContent = '';
+      $('graph-status').textContent = 'Showing ' + doc.shown_nodes + ' of ' + doc.all_nodes +
+          ' nodes, ' + doc.shown_edges + ' of ' + doc.all_edges + ' edges \u2022 ' +
+          (doc.diff ? 'Change: ' + change(doc.unit, doc.total) : 'Total: ' +
+           amount(doc.unit, doc.total)) + ' ' + doc.sample_type.replace('_', ' ');
+      message.textContent = doc.message || '';
+      message.hidden = !doc.message;
+      img.hidden = !doc.svg;
+      $('graph-frame').classList.toggle('list', !doc.svg);
+      if (!doc.svg) {
+        // No picture (no Graphviz here): the nodes as a list, each still a focus to set.
+        img.removeAttribute('src');
+        doc.nodes.forEach(function (n) {
+          var el = h('div', {'class': 'graph-node graph-row', 'data-name': n.name,
+                             role: 'button', tabindex: '0'},
+                     [n.label + '  flat ' + (doc.diff ? change : amount)(doc.unit, n.flat) +
+                      ', cum ' + (doc.diff ? change : amount)(doc.unit, n.cum)]);
+          el.addEventListener('click', function () { update({focus: n.focus}); });
+          hits.appendChild(el);
+        });
+        return null;
+      }
+      // Graphviz measures in points (1/72 in), the page in CSS pixels (1/96 in); a graph
+      // wider than the pane is shrunk to fit it unless asked not to.
+      var natural = doc.width * 96 / 72, room = Math.max($('graph-box').clientWidth - 2, 200);
+      img.style.width = (fit ? Math.min(natural, room) : natural) + 'px';
+      var focus = p.get('focus');
+      doc.nodes.forEach(function (n) {
+        if (!n.box) return;
+        var tip = n.label + (n.module ? ' [' + n.module + ']' : '') + '\nflat ' +
+            (doc.diff ? change : amount)(doc.unit, n.flat) + '\ncum ' +
+            (doc.diff ? change : amount)(doc.unit, n.cum) + '\nclick: focus on it';
+        var el = h('div', {'class': 'graph-node' + (n.focus === focus ? ' focused' : ''),
+                           'data-name': n.name, title: tip, role: 'button', tabindex: '0'});
+        el.style.left = (100 * n.box[0]) + '%';
+        el.style.top = (100 * n.box[1]) + '%';
+        el.style.width = (100 * n.box[2]) + '%';
+        el.style.height = (100 * n.box[3]) + '%';
+        el.addEventListener('click', function () { update({focus: n.focus}); });
+        el.addEventListener('keydown', function (e) {
+          if (e.key === 'Enter') update({focus: n.focus});
+        });
+        hits.appendChild(el);
+      });
+      return shownImage(img, 'data:image/svg+xml;charset=utf-8,' +
+                        encodeURIComponent(doc.svg));
+    });
+  }
+
+  // Show the image at ``src``; resolves once it is drawn (the page counts as busy till then).
+  function shownImage(img, src) {
+    if (img.getAttribute('src') === src && img.complete) return Promise.resolve();
+    busy++;
+    return new Promise(function (resolve) {
+      function done() {
+        img.removeEventListener('load', done);
+        img.removeEventListener('error', done);
+        busy--;
+        resolve();
+      }
+      img.addEventListener('load', done);
+      img.addEventListener('error', done);
+      img.setAttribute('src', src);
     });
   }
 
@@ -508,7 +655,7 @@
                                                   'a function name.']));
       return Promise.resolve();
     }
-    return api('/api/dump/' + t.id + '/peek', query(p, {function: name}))
+    return api(endpoint(t, 'peek'), query(p, {function: name}))
       .then(function (doc) {
         body.textContent = '';
         body.appendChild(h('h2', {'class': 'name', id: 'peek-function'}, [doc.function]));
@@ -550,7 +697,7 @@
                                                   '(its "where" column) or a leak suspect.']));
       return Promise.resolve();
     }
-    return api('/api/dump/' + t.id + '/source', query(p, {file: file})).then(function (doc) {
+    return api(endpoint(t, 'source'), query(p, {file: file})).then(function (doc) {
       var space = doc.sample_type, family = space.split('_')[0];
       head.appendChild(h('h2', {'class': 'name', id: 'source-file'}, [doc.path || doc.file]));
       head.appendChild(h('p', {'class': 'note'}, [
@@ -593,16 +740,31 @@
 
   function setup() {
     function applyFilters() {
-      update({sample: $('sample').value === 'inuse_space' ? null : $('sample').value,
-              focus: $('focus').value, ignore: $('ignore').value});
+      var changes = {sample: $('sample').value === 'inuse_space' ? null : $('sample').value};
+      PATTERNS.forEach(function (k) { changes[k] = $(k).value; });
+      update(changes);
     }
     $('sample').addEventListener('change', applyFilters);
     $('apply').addEventListener('click', applyFilters);
-    ['focus', 'ignore'].forEach(function (id) {
+    PATTERNS.forEach(function (id) {
       $(id).addEventListener('keydown', function (e) { if (e.key === 'Enter') applyFilters(); });
     });
     $('clear').addEventListener('click', function () {
-      update({focus: null, ignore: null});
+      var changes = {};
+      PATTERNS.forEach(function (k) { changes[k] = null; });
+      update(changes);
+    });
+    $('fg-orient').addEventListener('change', function () {
+      update({draw: $('fg-orient').value === 'flame' ? 'flame' : null});
+    });
+    $('fg-invert').addEventListener('change', function () {
+      update({invert: $('fg-invert').checked ? '1' : null});
+    });
+    $('graph-nodes').addEventListener('change', function () {
+      update({nodecount: $('graph-nodes').value === '80' ? null : $('graph-nodes').value});
+    });
+    $('graph-fit').addEventListener('change', function () {
+      update({fit: $('graph-fit').checked ? null : '0'});
     });
     document.querySelectorAll('#tabs button').forEach(function (btn) {
       btn.addEventListener('click', function () { update({tab: btn.getAttribute('data-tab')}); });

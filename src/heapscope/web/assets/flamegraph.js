@@ -4,8 +4,10 @@
 //
 // window.heapscopeFlame.mount(data, {prefix}) draws the tree `data` (the JSON of
 // heapscope.render.flamegraph.flamegraph_data) into the elements whose ids are prefix +
-// title, type, search, invert, reset, total, match, crumbs, chart, flame, tooltip, details,
-// and returns a handle (frames, zoomName, nodeCount, redraw, destroy). A page that embeds
+// title, type, search, invert, reset, total, match, crumbs, chart, flame, tooltip, details
+// (and, when the page has it, orient: a select of "icicle", the root on top, or "flame",
+// the root at the bottom), and returns a handle (frames, zoomName, nodeCount, redraw,
+// destroy). A page that embeds
 // its data in <script id="heapscope-data"> (the static flame graph file) is drawn at once,
 // with the unprefixed ids, and gets the read-only view window.heapscopeFlamegraph.
 (function () {
@@ -194,6 +196,17 @@
     var tooltip = byId('tooltip');
     var rows = [];  // rows[d] = flat [x0, x1, node, ...] in CSS pixels, for hit testing
     var charW = 7;
+    var orient = byId('orient');  // optional: the static page draws icicles only
+    var height = 0;  // of the canvas, in CSS pixels
+
+    // The top of the row of depth d: from the top (icicle) or from the bottom (flame).
+    function rowY(d) {
+      return orient && orient.value === 'flame' ? height - (d + 1) * ROW - 1 : d * ROW;
+    }
+    function rowAt(y) {
+      if (orient && orient.value === 'flame') return Math.ceil((height - 1 - y) / ROW) - 1;
+      return Math.floor(y / ROW);
+    }
 
     function text(id, s) { byId(id).textContent = s; }
 
@@ -224,6 +237,7 @@
         state.zoom = 0;
         setSearch(search.value);
       });
+      if (orient) on(orient, 'change', function () { draw(); });
       on(byId('reset'), 'click', reset);
       on(document, 'keydown', function (e) {
         if (e.key === 'Escape') reset();
@@ -359,6 +373,7 @@
       var W = Math.max(chart.clientWidth - parseFloat(cs.paddingLeft) -
                        parseFloat(cs.paddingRight), 200);
       var H = Math.min((tr.maxDepth + 1) * ROW + 2, Math.floor(32000 / dpr));
+      height = H;
       canvas.style.width = W + 'px';
       canvas.style.height = H + 'px';
       canvas.width = Math.round(W * dpr);
@@ -403,7 +418,7 @@
     }
 
     function box(tr, k, x, w, faded) {
-      var d = tr.depth[k], y = d * ROW;
+      var d = tr.depth[k], y = rowY(d);
       if (d >= rows.length) return;
       ctx.globalAlpha = faded ? 0.55 : 1;
       ctx.fillStyle = color(tr, k, faded);
@@ -429,7 +444,7 @@
     function hit(e) {
       var r = canvas.getBoundingClientRect();
       var x = e.clientX - r.left, y = e.clientY - r.top;
-      var d = Math.floor(y / ROW);
+      var d = rowAt(y);
       if (d < 0 || d >= rows.length) return -1;
       var row = rows[d];
       for (var i = 0; i < row.length; i += 3) {
@@ -535,7 +550,7 @@
           for (var i = 0; i < row.length; i += 3) {
             if (row[i + 1] - row[i] >= (minWidth || 0)) {
               out.push({name: S[state.tree.name[row[i + 2]]], x: row[i],
-                        y: d * ROW, w: row[i + 1] - row[i], h: ROW, depth: d,
+                        y: rowY(d), w: row[i + 1] - row[i], h: ROW, depth: d,
                         kind: KINDS[state.tree.kind[row[i + 2]]] || ''});
             }
           }
