@@ -563,3 +563,24 @@ def run_heapscope(*args: str, cache: Path | None = None, stdin: str | None = Non
         raise AssertionError(f"heapscope {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
     assert "Traceback" not in p.stderr, p.stderr
     return p
+
+
+LEAKPROG_DIR = Path(__file__).resolve().parent / "leakprog"
+
+
+def series_session(root: Path, compiler: Path) -> tuple[Path, dict[str, str]]:
+    """A finished ``heapscope run`` session of ``leakprog/series.c`` (its ``cache`` scenario,
+    20 steps of 40 ms, sampled every 4 KiB) in ``root``, and the environment heapscope's
+    commands ran with (its own cache folder; no profiling or frame settings inherited)."""
+    binary = build([LEAKPROG_DIR / "series.c"], root / "series",
+                   ("-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"),
+                   compiler=compiler, link_flags=["-ldl"])
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(root / "cache"))
+    for key in (*PROFILING_ENV, "HEAPSCOPE_OWN", "HEAPSCOPE_ALLOC_FN"):
+        env.pop(key, None)
+    out = root / "session"
+    p = subprocess.run([*HEAPSCOPE_CMD, "run", "-o", str(out), "--sample", "4k", "--",
+                        str(binary), "--step-ms", "40", "cache", "20"],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=root)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out, env

@@ -14,7 +14,6 @@ inverted, and a merged set of three dumps. Screenshots go to ``artifacts/serve-*
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -33,7 +32,6 @@ from browser import chromium, console_errors, screenshot
 
 pytestmark = pytest.mark.e2e
 
-LEAKPROG = Path(__file__).resolve().parent / "leakprog"
 WAIT = 60.0  # seconds a step may take on a slow, loaded machine before the test gives up
 
 
@@ -41,20 +39,7 @@ WAIT = 60.0  # seconds a step may take on a slow, loaded machine before the test
 def recorded(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path
              ) -> tuple[Path, dict[str, str]]:
     """A finished session of series.c and the environment its commands ran with."""
-    root = tmp_path_factory.mktemp("heapscope-serve").resolve()
-    binary = je.build([LEAKPROG / "series.c"], root / "series",
-                      ("-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"),
-                      compiler=gcc, link_flags=["-ldl"])
-    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(root / "cache"))
-    for key in ("LD_PRELOAD", "MALLOC_CONF", "_RJEM_MALLOC_CONF", "HEAPSCOPE_OWN",
-                "HEAPSCOPE_ALLOC_FN"):
-        env.pop(key, None)
-    out = root / "session"
-    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", "run", "-o", str(out),
-                        "--sample", "4k", "--", str(binary), "--step-ms", "40", "cache", "20"],
-                       env=env, capture_output=True, text=True, timeout=300, cwd=root)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out, env
+    return je.series_session(tmp_path_factory.mktemp("heapscope-serve").resolve(), gcc)
 
 
 class Server:

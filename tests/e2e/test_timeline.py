@@ -7,12 +7,9 @@ is sampled several times): leak_linear grows to the end, cache_fill levels off.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import jemalloc as je
@@ -22,24 +19,11 @@ from heapscope.cli import timeline
 
 pytestmark = pytest.mark.e2e
 
-LEAKPROG = Path(__file__).resolve().parent / "leakprog"
 
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path) -> Path:
-    root = tmp_path_factory.mktemp("heapscope-timeline").resolve()
-    binary = je.build([LEAKPROG / "series.c"], root / "series",
-                      ("-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"),
-                      compiler=gcc, link_flags=["-ldl"])
-    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(root / "cache"))
-    for key in ("LD_PRELOAD", "MALLOC_CONF", "_RJEM_MALLOC_CONF"):
-        env.pop(key, None)
-    out = root / "session"
-    p = subprocess.run([sys.executable, "-m", "heapscope.cli.main", "run", "-o", str(out),
-                        "--sample", "4k", "--", str(binary), "--step-ms", "40", "cache", "20"],
-                       env=env, capture_output=True, text=True, timeout=180, cwd=root)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out
+    return je.series_session(tmp_path_factory.mktemp("heapscope-timeline").resolve(), gcc)[0]
 
 
 def hs_timeline(*argv: str) -> int:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_serve import PID, _session, cli_json, make_client
+from tests.unit import test_serve
+from tests.unit.test_serve import PID, cli_json, make_client
 
 pytest.importorskip("starlette")
 
@@ -30,17 +31,10 @@ from heapscope.formats.symbolized import write
 from heapscope.serve.callgraph import check_svg, node_boxes
 from tests.unit.builders import Builder
 
+session = test_serve.session  # the same session fixture: its dumps, its numbers
 HAS_DOT = shutil.which("dot") is not None
 needs_dot = pytest.mark.skipif(not HAS_DOT, reason="Graphviz dot not installed")
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-@pytest.fixture
-def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HEAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("HEAPSCOPE_OWN", raising=False)
-    monkeypatch.delenv("HEAPSCOPE_ALLOC_FN", raising=False)
-    return _session(tmp_path)
 
 
 def dump_path(session: Path, k: int) -> str:

@@ -52,13 +52,9 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                         "and the folder owner's are read there")
 
 
-def find_dumps(args: argparse.Namespace, paths: list[str], *,
-               latest: bool = False) -> list[str]:
-    """The dump files the arguments name (:func:`heapscope.prepare.expand_inputs`); files
-    left out of shared folders are named on stderr, and kept in ``args.ignored_dumps``."""
-    from heapscope.formats.trust import Ignored, uid_of
-    from heapscope.prepare import expand_inputs
-    from heapscope.terminal import clean
+def trusted_uids(args: argparse.Namespace) -> list[int]:
+    """The users ``--trust-owner`` names, as uids; UsageError for one this host lacks."""
+    from heapscope.formats.trust import uid_of
 
     uids = []
     for user in getattr(args, "trust_owner", []):
@@ -66,6 +62,18 @@ def find_dumps(args: argparse.Namespace, paths: list[str], *,
         if uid is None:
             raise UsageError(f"--trust-owner {user}: no such user on this host")
         uids.append(uid)
+    return uids
+
+
+def find_dumps(args: argparse.Namespace, paths: list[str], *,
+               latest: bool = False) -> list[str]:
+    """The dump files the arguments name (:func:`heapscope.prepare.expand_inputs`); files
+    left out of shared folders are named on stderr, and kept in ``args.ignored_dumps``."""
+    from heapscope.formats.trust import Ignored
+    from heapscope.prepare import expand_inputs
+    from heapscope.terminal import clean
+
+    uids = trusted_uids(args)
     ignored: list[Ignored] = []
     found = expand_inputs(paths, latest=latest, ignored=ignored, trust_uids=uids)
     seen: list[Ignored] = getattr(args, "ignored_dumps", [])

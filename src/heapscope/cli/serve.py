@@ -12,6 +12,7 @@ from heapscope.cli.common import (
     add_symbol_options,
     frame_policy,
     symbol_options,
+    trusted_uids,
 )
 from heapscope.errors import UsageError
 
@@ -48,7 +49,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope serve``."""
-    from heapscope.formats.trust import uid_of
     from heapscope.serve.server import serve
     from heapscope.serve.views import Settings
 
@@ -57,12 +57,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: no such file or folder")
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be 0 to 65535")
-    uids = []
-    for user in args.trust_owner:
-        uid = uid_of(user)
-        if uid is None:
-            raise UsageError(f"--trust-owner {user}: no such user on this host")
-        uids.append(uid)
+    uids = trusted_uids(args)
     settings = Settings(symbol_options(args, args.paths), frame_policy(args),
                         tuple(os.path.abspath(d) for d in args.source_path))
     try:

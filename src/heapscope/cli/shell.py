@@ -30,6 +30,7 @@ from heapscope.cli.common import (
     load_profiles,
     session_aliases,
     symbol_options,
+    trusted_uids,
     view_from_args,
 )
 from heapscope.errors import HeapscopeError, UsageError
@@ -88,17 +89,9 @@ def run(args: argparse.Namespace) -> int:
 def web_inputs(args: argparse.Namespace) -> ViewerInputs:
     """What the shell's ``web`` serves: the paths the command named (a session keeps its
     overview and leak report), read with the command's symbol and frame options."""
-    from heapscope.formats.trust import uid_of
-
     paths = [*args.dumps, *([args.base] if getattr(args, "base", None) else [])]
-    uids = []
-    for user in getattr(args, "trust_owner", []):
-        uid = uid_of(user)
-        if uid is None:
-            raise UsageError(f"--trust-owner {user}: no such user on this host")
-        uids.append(uid)
     return ViewerInputs(tuple(paths), symbol_options(args, paths), frame_policy(args),
-                        trust_uids=tuple(uids))
+                        trust_uids=tuple(trusted_uids(args)))
 
 
 class Shell:
