@@ -68,8 +68,8 @@ def test_times_that_would_stop_the_agent_are_refused(tmp_path: Path, text: str,
 
 
 def test_a_listen_address_beyond_this_machine_is_flagged() -> None:
-    from heapscope.cli.agent import _loopback
+    from heapscope.netaddr import is_loopback
 
-    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
-    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3") and not _loopback("")
-    assert not _loopback("example.org")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("")
+    assert not is_loopback("example.org")

@@ -325,7 +325,7 @@ def test_serve_command_is_registered() -> None:
 
 
 def test_loopback_and_warning() -> None:
-    from heapscope.serve.server import is_loopback
+    from heapscope.netaddr import is_loopback
 
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")

@@ -17,6 +17,7 @@ from heapscope.agent.config import AT_START, Settings
 from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
+from heapscope.netaddr import is_loopback
 from heapscope.terminal import clean
 
 if TYPE_CHECKING:
@@ -100,18 +101,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="stop after N rounds (default: run until SIGTERM)")
     add_symbol_options(p)
     p.set_defaults(func=run)
-
-
-def _loopback(host: str) -> bool:
-    """True when ``host`` is reachable from this machine only."""
-    import ipaddress
-
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
 
 
 def _serve(s: Settings, host: str, port: int, reg: CollectorRegistry
@@ -200,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     scheme = "https" if s.tls_cert else "http"
     print(f"heapscope agent: serving {scheme}://{s.listen}/metrics, state in {s.state}",
           file=sys.stderr)
-    if not _loopback(host) and not s.tls_client_ca:
+    if not is_loopback(host) and not s.tls_client_ca:
         how = ("encrypted, but any client may read it" if s.tls_cert
                else "with no encryption and no authentication")
         print(f"heapscope agent: warning: /metrics on {s.listen} can be read from the "

@@ -10,7 +10,6 @@ port. :class:`Viewer` runs the server in a thread (tests, ``run --serve``, ``att
 from __future__ import annotations
 
 import gc
-import ipaddress
 import secrets
 import socket
 import sys
@@ -21,6 +20,7 @@ from typing import TextIO
 
 import uvicorn
 
+from heapscope.netaddr import is_loopback
 from heapscope.serve.app import create_app
 from heapscope.serve.catalog import Catalog
 from heapscope.serve.views import Settings, Workbench
@@ -28,16 +28,6 @@ from heapscope.serve.views import Settings, Workbench
 LOOPBACK = "127.0.0.1"
 EXPOSES = ("function and file names from the dumps, the text of the source files they name, "
            "the paths of dumps, binaries and sessions, and the processes' command lines")
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
