@@ -1,8 +1,97 @@
 #!/usr/bin/env bash
-# Install what heapscope needs on Debian/Ubuntu (as root) and the package into ./.venv.
+# Install what heapscope needs on Debian/Ubuntu (as root) and the package into ./.venv, and
+# put `heapscope` on PATH.
 # Usage: bash scripts/setup.sh [--dev]   (--dev adds the test tools)
+#        bash scripts/setup.sh --only wait-for-apt|link   (one step; tests/e2e/test_setup_script.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# apt's locks, held (fcntl write locks) by whatever apt or dpkg runs. The variable is only
+# for the tests, which hold locks on files of their own.
+IFS=: read -r -a apt_locks <<<"${HEAPSCOPE_SETUP_LOCKS:-/var/lib/dpkg/lock-frontend:/var/lib/dpkg/lock:/var/lib/apt/lists/lock}"
+apt_wait_s=600
+
+# "PID CMD" of a process holding one of apt's locks; fails when none is held. F_GETLK only
+# asks: taking the lock to see would make a starting apt fail. In perl because perl-base is
+# essential on Debian and Ubuntu, there before python3 is installed (struct flock as on
+# x86_64 and arm64). With sudo for a user who cannot read them (apt's are root's, 0640).
+apt_lock_holder() {
+    local sudo="" path
+    for path in "${apt_locks[@]}"; do [[ ! -e "$path" || -r "$path" ]] || sudo=$SUDO; done
+    # shellcheck disable=SC2016  # the $ are perl's
+    $sudo perl -MFcntl=F_GETLK,F_WRLCK,F_UNLCK,SEEK_SET,O_RDONLY -e '
+        for my $path (@ARGV) {
+            sysopen(my $fh, $path, O_RDONLY) or next;  # no lock file: nobody holds it
+            my $flock = pack("s s x4 q q i x4", F_WRLCK, SEEK_SET, 0, 0, 0);
+            fcntl($fh, F_GETLK, $flock) or die "heapscope setup: F_GETLK on $path: $!\n";
+            my ($type, $pid) = (unpack("s s x4 q q i x4", $flock))[0, 4];
+            next if $type == F_UNLCK;
+            my $cmd = "?";
+            if (open(my $cl, "<", "/proc/$pid/cmdline")) {
+                local $/;
+                ($cmd = <$cl> // "?") =~ s/\0+$//;
+                $cmd =~ tr/\0/ /;
+            }
+            print "$pid $cmd\n";
+            exit 0;
+        }
+        exit 1;' "${apt_locks[@]}"
+}
+
+# apt-get install waits for dpkg's lock when told to (DPkg::Lock::Timeout, below) but says
+# nothing meanwhile, and apt-get update (apt 2.6) fails at once on /var/lib/apt/lists/lock
+# whatever the timeout: so wait here, saying for whom, for at most apt_wait_s seconds.
+wait_for_apt() {
+    local holder said="" start=$SECONDS
+    while holder=$(apt_lock_holder); do
+        if [[ "$holder" != "$said" ]]; then
+            echo "heapscope setup: waiting for another package manager (pid ${holder%% *}: ${holder#* }) to finish…" >&2
+            said=$holder
+        fi
+        if ((SECONDS - start >= apt_wait_s)); then
+            echo "heapscope setup: gave up after $apt_wait_s s: pid ${holder%% *} (${holder#* }) still holds the package manager's lock; run set-up again once it has finished" >&2
+            return 1
+        fi
+        sleep 1
+    done
+    if [[ -n "$said" ]]; then echo "heapscope setup: the package manager is free, going on" >&2; fi
+}
+
+# A new shell finds `heapscope`: root gets a link in /usr/local/bin (on every user's PATH),
+# another user one in ~/.local/bin (which Debian's and Ubuntu's ~/.profile put on PATH at
+# login when it exists). A link from an earlier set-up (any clone's .venv) is replaced; any
+# other file of that name is not ours and is left alone. HEAPSCOPE_SETUP_BIN: for the tests.
+link_on_path() {
+    local target bin link
+    target="$PWD/.venv/bin/heapscope"
+    if [[ -n "${HEAPSCOPE_SETUP_BIN:-}" ]]; then
+        bin=$HEAPSCOPE_SETUP_BIN
+    elif [[ $(id -u) -eq 0 && -w /usr/local/bin ]]; then
+        bin=/usr/local/bin
+    else
+        bin=$HOME/.local/bin
+    fi
+    link=$bin/heapscope
+    if [[ -e "$link" || -L "$link" ]] && [[ ! -L "$link" || "$(readlink "$link")" != */.venv/bin/heapscope ]]; then
+        echo "heapscope setup: $link is not set-up's link, left alone: run $target instead" >&2
+        return 0
+    fi
+    mkdir -p "$bin"
+    ln -sfn "$target" "$link"
+    echo "heapscope setup: heapscope is on PATH as $link -> $target"
+}
+
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+
+if [[ "${1:-}" == "--only" ]]; then
+    case "${2:-}" in
+        wait-for-apt) wait_for_apt ;;
+        link) link_on_path ;;
+        *) echo "usage: bash scripts/setup.sh --only wait-for-apt|link" >&2; exit 2 ;;
+    esac
+    exit
+fi
 
 packages=(python3 python3-venv python3-pip python3-dev gcc g++ libc6-dev libjemalloc2 libjemalloc-dev
           llvm binutils elfutils perl graphviz gdb)
@@ -17,17 +106,18 @@ if [[ "${1:-}" == "--dev" ]]; then
     command -v javac >/dev/null 2>&1 || packages+=(default-jdk-headless)
 fi
 
-SUDO=""
-[[ $(id -u) -ne 0 ]] && SUDO="sudo"
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
     echo "heapscope setup: installing ${missing[*]}" >&2
+    wait_for_apt
     $SUDO apt-get update -qq
+    wait_for_apt
+    # The timeout covers another apt that starts between the wait and this install.
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-        "${missing[@]}" >/dev/null
+        -o DPkg::Lock::Timeout="$apt_wait_s" "${missing[@]}" >/dev/null
 fi
 
 # nginx for tests/e2e/test_nginx.py: Debian's own binary, unpacked into build/nginx rather
@@ -42,6 +132,7 @@ if [[ "${1:-}" == "--dev" ]] && ! build/nginx/usr/sbin/nginx -v >/dev/null 2>&1;
     # apt downloads as its user _apt, which must be able to write the folder.
     if [[ $(id -u) -eq 0 ]] && id _apt >/dev/null 2>&1; then chown _apt "$nginx_tmp"; fi
     if ! (cd "$nginx_tmp" && apt-get download -qq nginx >/dev/null 2>&1); then
+        wait_for_apt
         $SUDO apt-get update -qq  # package lists older than the archive's current nginx
         (cd "$nginx_tmp" && apt-get download -qq nginx >/dev/null)
     fi
@@ -71,3 +162,4 @@ extra=""
 sys.exit(0 if core else f'heapscope setup: {describe()}')"
 .venv/bin/python -c "import sys; from heapscope.capture.helper import library
 sys.exit(0 if library() else 'heapscope setup: the helper (heapscope._preload) was not built')"
+link_on_path

@@ -46,7 +46,7 @@ from heapscope.model import (
 from heapscope.native import core
 from heapscope.symbols.options import Diagnostic, SymbolOptions
 
-FORMAT = 1
+FORMAT = 2  # 2: Diagnostic gained path, build_id and share
 FOLDER = "prepared"
 # Entries kept. A command on more dumps than this does not use the cache at all: it would
 # only write entries that push each other out.

@@ -194,7 +194,9 @@ def _children() -> set[int]:
     """This process's live (not zombie) child processes."""
     out: set[int] = set()
     for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as f:
+        # A thread of an earlier test may end between the listing and the open.
+        with contextlib.suppress(FileNotFoundError), \
+                open(f"/proc/self/task/{task}/children") as f:
             out.update(int(pid) for pid in f.read().split())
     live = set()
     for pid in out:

@@ -29,9 +29,12 @@ LIVE = "live"
 EXPECTED = "expected"
 SUPPRESSED = "suppressed"
 INHERITED = "inherited"
-QUIET = (trend.STEADY, EXPECTED, INHERITED, SUPPRESSED)  # verdicts a report does not list
+# A site of a wrapper or helper process (a shim's shells, the tools its scripts run): never a
+# suspect while the report has a process of the program's own.
+HELPER = "helper"
+QUIET = (trend.STEADY, EXPECTED, INHERITED, SUPPRESSED, HELPER)  # verdicts a report does not list
 _ORDER = {LEAK: 0, GROWING: 1, trend.BOUNDED: 2, trend.CHURN: 3, LIVE: 4, trend.STEADY: 5,
-          EXPECTED: 6, INHERITED: 7, SUPPRESSED: 8}
+          EXPECTED: 6, INHERITED: 7, SUPPRESSED: 8, HELPER: 9}
 _LOADER_PREFIX = "ld-linux"
 MAX_FINDINGS = 1000  # sites listed per process (every non-steady one, then the biggest)
 LIVE_FLOOR = 0.0002  # single dumps list sites holding at least this share of the process
@@ -471,6 +474,17 @@ def find_leaks(all_series: list[ProcessSeries], *, info: dict[int, dict[str, Any
             role(s.pid or -1, exe, root, n + len(lost)), dumps=len(s.skipped),
             unreadable=s.skipped[-1], skipped=list(s.skipped)))
     quiet = {p.pid for p in processes if p.role in QUIET_ROLES}
+    if len(quiet) < len(processes):
+        # Shells and tools in front of the program (pyenv/rbenv/nvm/asdf shims, `sh -c`,
+        # scripts) keep what they allocated until they exit or exec: it is no lead. They
+        # keep their verdicts only when no process of the program's own is there to judge.
+        for f in findings:
+            if f.pid in quiet:
+                f.verdict = HELPER
+        # Nor is how to name their code worth a hint (heapscope.symbols.hints).
+        for s in all_series:
+            if s.pid in quiet:
+                s.diagnostics[:] = [d._replace(share=0.0) for d in s.diagnostics]
     findings.sort(key=lambda f: (f.pid in quiet, *f.rank()))
     processes.sort(key=lambda p: (p.role in QUIET_ROLES, not p.unreadable, -p.fail_bytes,
                                   -p.left_bytes, p.pid or 0))

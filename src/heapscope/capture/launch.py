@@ -62,6 +62,10 @@ class RunResult:
         return 128 - self.returncode if self.returncode < 0 else self.returncode
 
 
+#: Told after each round of periodic dumps: its number, the processes asked, their answers.
+RoundHook = Callable[[int, list[int], dict[int, tuple[str | None, str]]], None]
+
+
 def run(
     cmd: list[str],
     env: dict[str, str],
@@ -72,6 +76,7 @@ def run(
     every: float | None = None,
     periodic: Callable[[list[int]], dict[int, tuple[str | None, str]]] | None = None,
     adopt: Callable[[list[int]], None] | None = None,
+    on_round: RoundHook | None = None,
 ) -> RunResult:
     """Run ``cmd`` with ``env``; return once it (and what it left behind) has exited.
 
@@ -79,6 +84,7 @@ def run(
     the program lives (dumps taken from outside); it returns, per process, a problem to note
     (or None) and how the dump was taken. ``adopt(pids)`` runs about twice a second on the
     live processes (to point the ones that changed user at a dump folder they can write).
+    ``on_round(n, pids, got)`` follows each round of ``periodic`` (progress lines).
     """
     events = ProcEvents()
     events.start()  # before the program starts, so that no early fork goes unseen
@@ -97,7 +103,8 @@ def run(
     ticker = None
     if every and periodic is not None:
         ticker = threading.Thread(target=_tick, args=(proc, every, periodic, done, problems,
-                                                      lambda: _dumpable(watcher), per_pid),
+                                                      lambda: _dumpable(watcher), per_pid,
+                                                      on_round),
                                   name="heapscope-every", daemon=True)
         ticker.start()
     adopter = None
@@ -167,7 +174,7 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
           periodic: Callable[[list[int]], dict[int, tuple[str | None, str]]],
           done: threading.Event,
           problems: list[str], targets: Callable[[], list[int]],
-          per_pid: dict[int, dict[str, Any]]) -> None:
+          per_pid: dict[int, dict[str, Any]], on_round: RoundHook | None = None) -> None:
     """Every ``every`` seconds, call ``periodic`` on the processes ``targets`` lists (the
     program and the processes it started), split in two halves that run side by side, until
     the program ends.
@@ -224,6 +231,10 @@ def _tick(proc: subprocess.Popen[bytes], every: float,
                     given_up.add(pid)
                     problems.append(f"periodic dumps of pid {pid} stopped after three "
                                     "failures in a row")
+            if on_round is not None:
+                # progress must never end the dumps (nor the program's run)
+                with contextlib.suppress(Exception):
+                    on_round(len(rounds), pids, got)
     slow = _slow_rounds(rounds, every)
     if slow:
         problems.append(slow)

@@ -120,11 +120,15 @@ def build_env(lib: JemallocLib, conf: str, java: bool) -> dict[str, str]:
 
 def run_session(cmd: list[str], opts: RunOptions,
                 progress: Callable[[str, int, int], None] | None = None,
-                on_session: Callable[[str], None] | None = None) -> SessionResult:
+                on_session: Callable[[str], None] | None = None,
+                on_round: Callable[[int, list[int], dict[int, tuple[str | None, str]],
+                                    dict[int, float]], None] | None = None) -> SessionResult:
     """Launch ``cmd`` under heap profiling and return what it left, symbolized and ranked.
 
     ``on_session(path)`` is called once the session folder and its manifest exist, just
     before the program starts (``run --serve`` starts its viewer there); it must not raise.
+    ``on_round(n, pids, answers, pauses)`` follows each round of ``--every`` (progress
+    lines): ``pauses`` gives, per process that was stopped, for how long (in seconds).
     """
     target = inspect_target(cmd[0])
     if target.path is None:
@@ -164,9 +168,19 @@ def run_session(cmd: list[str], opts: RunOptions,
         with create_new_text(os.path.join(path, "rss.csv"), 0o600) as rss:
             rss.write("t_seconds,pid,rss_bytes\n")
             rss.flush()
+            pauses: dict[int, float] = {}
+
+            def round_done(n: int, pids: list[int],
+                           got: dict[int, tuple[str | None, str]]) -> None:
+                if on_round is not None:
+                    on_round(n, pids, got, dict(pauses))
+                pauses.clear()
+
             result = launch(cmd, env, rss_log=rss, every=opts.every,
-                            periodic=functools.partial(_dumps_from_outside, moved=moved),
-                            adopt=moved.point if moved is not None else None)
+                            periodic=functools.partial(_dumps_from_outside, moved=moved,
+                                                       pauses=pauses),
+                            adopt=moved.point if moved is not None else None,
+                            on_round=round_done if on_round is not None else None)
     finally:
         if moved is not None:
             # the dumps of processes that changed user, before their folder goes
@@ -184,7 +198,8 @@ def run_session(cmd: list[str], opts: RunOptions,
     return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes, users)
 
 
-def _dumps_from_outside(pids: list[int], moved: UserDumps | None = None
+def _dumps_from_outside(pids: list[int], moved: UserDumps | None = None,
+                        pauses: dict[int, float] | None = None
                         ) -> dict[int, tuple[str | None, str]]:
     """One dump of each of ``pids`` (``run --every``): through the helper's socket where a
     process has one, else the call stub, else gdb; per process, a problem to note (or None)
@@ -217,6 +232,8 @@ def _dumps_from_outside(pids: list[int], moved: UserDumps | None = None
             out[pid] = (str(r), "")
         else:
             rc = r.rcs.get("prof.dump", 0)
+            if pauses is not None and r.mode != "helper":
+                pauses[pid] = r.stopped_s  # for the round's progress line
             # jemalloc answers EFAULT (14) when it could not create the file
             why = (": jemalloc could not write the file (a process that changed user cannot "
                    "write dumps/)" if rc == 14 else "")
@@ -295,6 +312,8 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
                   **result.rounds.get(pid, {})}
             for pid, p in procs.items()}
     report = find_leaks(all_series, info=info, root=result.pid)
+    # Again: the report has marked the notes of wrappers' and helpers' modules as no lead.
+    diagnostics = [d for s in all_series for d in s.diagnostics]
     seen = {p.pid for p in report.processes}
     for p in procs.values():
         if p.pid not in seen:  # ran, but wrote no dump (exec'd, or left with _exit)

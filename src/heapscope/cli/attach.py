@@ -16,9 +16,10 @@ from heapscope.capture.mallctl import NOPROF_HINT, AttachError, Op, proc_state
 from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, symbol_options
 from heapscope.errors import HeapscopeError, UsageError
-from heapscope.progress import DelayedProgress
+from heapscope.progress import DelayedProgress, RoundReporter
 from heapscope.render.json import render_json
 from heapscope.render.leaks import render_leaks
+from heapscope.seriesview import GrowthEstimate, SeriesRounds
 from heapscope.terminal import clean
 from heapscope.units import human_bytes, parse_size
 
@@ -269,6 +270,9 @@ def _series(ctl: at.Controller, args: argparse.Namespace, session: str) -> int:
     asked = 0
     ended = ""
     start = time.monotonic()
+    # One line per round on a terminal, one every 15 s in a log (see RoundReporter).
+    lines = SeriesRounds(session, RoundReporter(sys.stderr), of=args.count,
+                         growth=GrowthEstimate(session))
     try:
         for k in range(args.count):
             wait = start + k * args.every - time.monotonic()
@@ -277,8 +281,10 @@ def _series(ctl: at.Controller, args: argparse.Namespace, session: str) -> int:
             asked += 1
             path = at.next_dump_path(session, ctl.pid)
             try:
-                ctl.dump(path)
+                got = ctl.dump(path)
                 dumps.append(path)
+                lines.round(k + 1, [ctl.pid], 0,
+                            {} if got.mode == "helper" else {ctl.pid: got.stopped_s})
             except AttachError as e:
                 if proc_state(ctl.pid) in (None, "Z", "X"):
                     asked -= 1
@@ -288,12 +294,15 @@ def _series(ctl: at.Controller, args: argparse.Namespace, session: str) -> int:
                     break
                 missed += 1
                 why = str(e)
+                lines.close()  # the round line held back comes before the miss
                 sys.stderr.write(f"heapscope: round {k + 1} of {args.count} missed: "
                                  f"{clean(str(e))}\n")
     except KeyboardInterrupt:
+        lines.close()
         if len(dumps) < 2:
             raise
         sys.stderr.write(f"heapscope: stopped after {len(dumps)} dumps\n")
+    lines.close()
     if len(dumps) < 2:
         raise AttachError(f"pid {ctl.pid}: only {len(dumps)} of {asked} rounds brought a dump, "
                           f"no series to judge (last: {why})")

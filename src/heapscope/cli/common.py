@@ -9,6 +9,7 @@ from collections.abc import Mapping as MappingT
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.filter import select_threads
 from heapscope.analysis.fold import FramePolicy, Wrappers
+from heapscope.analysis.prune import is_allocator_module
 from heapscope.analysis.top import SAMPLE_INDEX, View
 from heapscope.errors import InputError, UsageError
 from heapscope.inputs import per_process as per_process
@@ -19,6 +20,7 @@ from heapscope.inputs import session_facts as session_facts
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
 from heapscope.symbols import Diagnostic, SymbolOptions
+from heapscope.symbols.hints import Missing, Owners, debug_hints
 from heapscope.symbols.options import default_cache_dir
 from heapscope.terminal import clean
 
@@ -167,8 +169,11 @@ def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None
     )
 
 
-def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
-    """Write symbolizer notes to stderr: warnings always, info only when verbose."""
+def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool, *,
+                      hints: bool = True) -> None:
+    """Write symbolizer notes to stderr: warnings always, info only when verbose; then, unless
+    ``hints`` is False, how to get the debug info the modules that matter lack
+    (:func:`print_debug_hints`)."""
     seen: set[str] = set()
     for d in diags:
         if d.level != "warning" and not verbose:
@@ -178,6 +183,39 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool) -> None:
             seen.add(text)
             # Paths and names come from dumps: no escape sequence reaches the terminal.
             print(f"heapscope: {clean(text)}", file=sys.stderr)
+    if hints:
+        print_debug_hints(diags)
+
+
+# A module without debug info earns a hint when its code is on the stacks of at least this
+# share of one dump's bytes: below that its missing names change no conclusion.
+HINT_SHARE = 0.01
+_hinted: set[str] = set()  # module files hinted about by this command (once each)
+
+
+def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
+                      owners: Owners | None = None) -> None:
+    """Say once per command, one line per module, how to get the debug info of each module
+    that had none and is on the stacks of at least :data:`HINT_SHARE` of a dump's bytes
+    (allocator modules aside: their frames are pruned anyway).
+
+    The package owning each file is asked for all modules at once (one ``dpkg-query``).
+    """
+    share: dict[str, float] = {}
+    missing: dict[str, Missing] = {}
+    for d in diags:
+        # Allocator frames (libjemalloc) are pruned from every report: their names do not
+        # matter.
+        if d.path and d.path not in _hinted and not is_allocator_module(d.module):
+            share[d.path] = max(share.get(d.path, 0.0), d.share)
+            missing.setdefault(d.path, Missing(d.module, d.path, d.build_id))
+    wanted = [m for path, m in missing.items() if share[path] >= HINT_SHARE]
+    if not wanted:
+        return
+    found = debug_hints(wanted) if owners is None else debug_hints(wanted, owners)
+    for m in wanted:
+        _hinted.add(m.path)
+        print(f"heapscope: {clean(found[m.path])}", file=sys.stderr)
 
 
 def empty_dump(profile: Profile) -> bool:
@@ -207,6 +245,7 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     out = []
     wrappers = Wrappers()
     failed: list[InputError] = []
+    diagnostics: list[Diagnostic] = []
     for path in paths:
         try:
             prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
@@ -218,7 +257,8 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
             print(f"heapscope: warning: skipped {clean(str(e))}", file=sys.stderr)
             failed.append(e)
             continue
-        print_diagnostics(prep.diagnostics, args.verbose)
+        print_diagnostics(prep.diagnostics, args.verbose, hints=False)
+        diagnostics.extend(prep.diagnostics)
         wrappers.update(prep.wrappers)
         profile = prep.profile
         if empty_dump(profile):
@@ -235,6 +275,9 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
         out.append(profile)
     if failed and not out:
         raise failed[0]
+    # Debug-info hints once for all the dumps (one package query); not beside JSON output.
+    if not getattr(args, "quiet", False) and getattr(args, "format", None) != "json":
+        print_debug_hints(diagnostics)
     if args.verbose and wrappers.describe():
         print(f"heapscope: {clean(wrappers.describe())}", file=sys.stderr)
     args.wrappers = wrappers

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from heapscope.analysis.series import group_by_pid
 from heapscope.analysis.suppress import read_file
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
@@ -57,11 +58,13 @@ def run(args: argparse.Namespace) -> int:
     rules = [r for f in args.suppressions for r in read_file(f)]
     dumps = find_dumps(args, args.paths)
     opts = symbol_options(args, args.paths)
-    with DelayedProgress() as bar:
+    # counted in dumps across processes (with a rate and an ETA), not in processes
+    with DelayedProgress(dumps=group_by_pid(dumps)) as bar:
         series, report = judge(args.paths, dumps, opts, frame_policy(args),
                                suppressions=rules, progress=bar.update)
-    for s in series:
-        print_diagnostics(tuple(s.diagnostics), args.verbose)
+    # Once for every process: one dpkg query for the hints, and none in JSON output.
+    print_diagnostics(tuple(d for s in series for d in s.diagnostics), args.verbose,
+                      hints=args.format != "json")
     left_out = getattr(args, "ignored_dumps", [])
     if left_out:
         report.notes.append(left_out_note(left_out))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from heapscope.capture.runner import RunOptions, SessionResult, run_session
 from heapscope.cli.beside import SideViewer, inputs_of
@@ -18,8 +19,9 @@ from heapscope.cli.common import (
 from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.cli.pictures import write_html
 from heapscope.errors import UsageError
-from heapscope.progress import DelayedProgress
+from heapscope.progress import DelayedProgress, RoundReporter
 from heapscope.render.report import render_report
+from heapscope.seriesview import GrowthEstimate, SeriesRounds
 from heapscope.terminal import clean
 from heapscope.units import parse_size
 
@@ -114,10 +116,29 @@ def run(args: argparse.Namespace) -> int:
         viewers.append(viewer)
         viewer.start()
 
+    rounds: list[SeriesRounds] = []
+
+    def on_session(path: str) -> None:
+        if args.every is not None:
+            rounds.append(SeriesRounds(path, RoundReporter(sys.stderr),
+                                       growth=GrowthEstimate(path)))
+        if args.serve or args.stay:
+            start_viewer(path)
+
+    def on_round(n: int, pids: list[int], got: dict[int, tuple[str | None, str]],
+                 pauses: dict[int, float]) -> None:
+        for r in rounds:
+            r.round(n, pids, sum(1 for why, _how in got.values() if why is not None), pauses)
+
     try:
-        with DelayedProgress() as bar:
-            res = run_session(cmd, opts, bar.update,
-                              start_viewer if args.serve or args.stay else None)
+        # Lazy: nothing is drawn while the program runs (its output shares the terminal);
+        # the rounds of --every say their own lines (see RoundReporter).
+        with DelayedProgress(lazy=True) as bar:
+            try:
+                res = run_session(cmd, opts, after_run(rounds, bar), on_session, on_round)
+            finally:
+                for r in rounds:
+                    r.close()
         status = _report(args, res, leak_limit, live_limit)
         if args.stay:
             for viewer in viewers:
@@ -126,6 +147,17 @@ def run(args: argparse.Namespace) -> int:
         for viewer in viewers:
             viewer.stop(viewer.inputs.paths[0])
     return status
+
+
+def after_run(rounds: list[SeriesRounds], bar: DelayedProgress
+              ) -> Callable[[str, int, int], None]:
+    """The progress callback of the work after the program ended: its first call also
+    writes the last round line if the throttle held it back, before symbolizing begins."""
+    def progress(description: str, done: int, total: int) -> None:
+        for r in rounds:
+            r.close()
+        bar.update(description, done, total)
+    return progress
 
 
 def _report(args: argparse.Namespace, res: SessionResult, leak_limit: int | None,

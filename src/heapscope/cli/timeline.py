@@ -7,10 +7,12 @@ import os
 import sys
 import tempfile
 
+from heapscope.analysis.series import group_by_pid
 from heapscope.cli.commands import summary
 from heapscope.cli.common import add_symbol_options, print_diagnostics, symbol_options
 from heapscope.errors import UsageError
 from heapscope.files import replace_atomically
+from heapscope.prepare import expand_inputs
 from heapscope.progress import DelayedProgress
 from heapscope.render.timeline import collect_timeline, render_html, render_svg, svg_to_png
 from heapscope.terminal import clean
@@ -39,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     ext = os.path.splitext(args.output)[1].lower()
     if ext not in (".html", ".htm", ".png", ".svg"):
         raise UsageError("-o must end in .html, .png or .svg")
-    with DelayedProgress() as bar:
+    # counted in dumps across processes (with a rate and an ETA), not in processes
+    dumps = group_by_pid(expand_inputs([args.session])) if os.path.isdir(args.session) else {}
+    with DelayedProgress(dumps=dumps) as bar:
         tl = collect_timeline(args.session, symbol_options(args, [args.session]),
                               top=max(args.top, 0),
                               progress=bar.update)

@@ -26,6 +26,7 @@ from heapscope.analysis.leaks import (
     LeakReport,
     ProcessFinding,
 )
+from heapscope.analysis.processes import QUIET_ROLES
 from heapscope.render.text import via_label
 from heapscope.terminal import clean
 from heapscope.units import human_bytes
@@ -185,7 +186,13 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
                   force_terminal=color if color is not None else None,
                   no_color=color is False)
     procs = report.processes
-    con.print(f"[bold]processes ({len(procs)})[/]")
+    helpers = sum(1 for p in procs if p.role in QUIET_ROLES)
+    if helpers and helpers < len(procs):
+        # The count that matters is the program's own; shims' shells and tools come last.
+        con.print(f"[bold]processes ({len(procs) - helpers} of the program, {helpers} "
+                  "wrappers and helpers listed last)[/]")
+    else:
+        con.print(f"[bold]processes ({len(procs)})[/]")
     for p in procs[:15]:
         con.print(_process_line(p, report.window is not None))
     if len(procs) > 15:

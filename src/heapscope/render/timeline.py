@@ -49,7 +49,8 @@ ProgressFn = Callable[[str, int, int], None]
 RSS = "rss"
 HEAP = "heap"
 SUSPECT = "suspect"
-_QUIET = {"expected", "suppressed", "inherited", "steady"}  # flat lines say nothing
+# Flat lines say nothing; helper sites (a wrapper script's shell) are not the program's.
+_QUIET = {"expected", "suppressed", "inherited", "steady", "helper"}
 
 
 @dataclass

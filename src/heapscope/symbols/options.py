@@ -89,12 +89,21 @@ class ModuleFacts(NamedTuple):
     mtime_ns: int | None = None
 
 
+NO_DEBUG_INFO = "no debug info (names from the symbol table only)"
+
+
 class Diagnostic(NamedTuple):
     """A note about one module: missing binary, build-id mismatch, no debug info, …"""
 
     module: str
     level: str  # "warning" or "info"
     message: str
+    # For "no debug info": the module's file and build-id, and the largest share (0..1) of a
+    # dump's bytes whose stacks pass through it, so that the CLI can hint how to get the
+    # debug info for the modules that matter (heapscope.symbols.hints).
+    path: str = ""
+    build_id: str = ""
+    share: float = 0.0
 
     def __str__(self) -> str:
         return f"{self.level}: {self.module}: {self.message}"

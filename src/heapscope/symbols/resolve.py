@@ -28,7 +28,13 @@ from heapscope.symbols.demangle import demangle
 from heapscope.symbols.elf import ElfError, ElfInfo
 from heapscope.symbols.llvm import Backend, BackendError, LlvmSymbolizer, RawFrame, discard_ahead
 from heapscope.symbols.locate import Locator, Module
-from heapscope.symbols.options import Diagnostic, Progress, Symbolized, SymbolOptions
+from heapscope.symbols.options import (
+    NO_DEBUG_INFO,
+    Diagnostic,
+    Progress,
+    Symbolized,
+    SymbolOptions,
+)
 from heapscope.symbols.perfmap import PerfMap, find_perf_map, untrusted
 from heapscope.symbols.symtab import SymbolTable
 
@@ -207,8 +213,39 @@ class _Run:
         # name here, or no addresses) would only wait for its input until heapscope exits.
         discard_ahead()
         result = self.profile.with_(locations=MappingProxyType(locations))
+        self._shares(result)
         depends = tuple(self.depends.items()) if self.reusable else None
         return Symbolized(result, tuple(self.diagnostics), depends)
+
+    def _shares(self, profile: Profile) -> None:
+        """Put on each "no debug info" note the share of the dump's bytes (in use, else
+        allocated) whose stacks pass through that module; for a profile without values (a
+        series' union of stacks, its values kept elsewhere) the share of its stacks."""
+        wanted = {d.path for d in self.diagnostics if d.path}
+        if not wanted:
+            return
+        names = [t.type for t in profile.sample_types]
+        index = next((names.index(n) for n in ("inuse_space", "alloc_space") if n in names),
+                     len(names) - 1)
+        total = 0.0
+        through = dict.fromkeys(wanted, 0.0)
+        stacks = dict.fromkeys(wanted, 0.0)
+        for sample in profile.samples:
+            value = sample.values[index] if index < len(sample.values) else 0.0
+            total += value
+            seen = set()
+            for address in sample.stack:
+                loc = profile.locations.get(address)
+                if loc is not None and loc.mapping is not None and loc.mapping.path in wanted:
+                    seen.add(loc.mapping.path)
+            for path in seen:
+                through[path] += value
+                stacks[path] += 1
+        if total <= 0:
+            through, total = stacks, float(len(profile.samples))
+        self.diagnostics = [
+            d._replace(share=through[d.path] / total if total > 0 else 0.0) if d.path else d
+            for d in self.diagnostics]
 
     def _depend(self, paths: Iterable[str]) -> None:
         """Add files the result depends on, as they are now."""
@@ -284,7 +321,9 @@ class _Run:
         self._depend([best.path])  # a debuginfod download is in no candidate list
         dwarf = best.has_debug_info
         if not dwarf:
-            mod.info("no debug info (names from the symbol table only)")
+            mod.diagnostics.append(Diagnostic(
+                mod.name, "info", NO_DEBUG_INFO, path=mod.path,
+                build_id=elf.build_id or mod.build_id))
             if self.options.debuginfod_urls:
                 self.reusable = False  # a server may have it next time
         if entry is None or (dwarf and not entry.dwarf):

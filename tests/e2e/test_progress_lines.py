@@ -1,0 +1,122 @@
+"""What ``heapscope run --every`` says while the program runs: round lines on heapscope's
+stderr, with the rounds, processes and dumps the session folder then holds; in a log (a
+pipe) at most one every 15 s plus the last, on a terminal one per round; the program's own
+stdout untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+PY = "/usr/bin/python3"
+# A parent and its child, each alive for ~5.5 s: about five rounds of --every 1.
+PROGRAM = ("import os, time\n"
+           "pid = os.fork()\n"
+           "print('child' if pid == 0 else 'parent', flush=True)\n"
+           "keep = []\n"
+           "for i in range(55):\n"
+           "    keep.append(bytearray(64 * 1024))\n"
+           "    time.sleep(0.1)\n"
+           "if pid: os.waitpid(pid, 0)\n")
+ROUND = re.compile(r"^heapscope: round (\d+) · (\d+) process(?:es)? · (\d+) dumps?\b")
+
+
+@pytest.fixture(scope="module")
+def helper_built() -> str:
+    from heapscope.capture.helper import library
+
+    lib = library()
+    if lib is None:
+        pytest.skip("heapscope._preload was not built (a C compiler is needed at install)")
+    return lib
+
+
+def _cmd(session: Path) -> list[str]:
+    return [sys.executable, "-m", "heapscope.cli.main", "run", "-o", str(session),
+            "--no-symbolize", "--every", "1", "--", PY, "-c", PROGRAM]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))
+    env.pop("HEAPSCOPE_NO_HELPER", None)
+    return env
+
+
+def _rounds(text: str) -> list[tuple[int, int, int]]:
+    return [(int(m[1]), int(m[2]), int(m[3]))
+            for line in text.splitlines() if (m := ROUND.match(line.strip()))]
+
+
+def _session_truth(session: Path) -> tuple[int, int, set[int]]:
+    """(rounds, processes, dumps) of the session: the rounds the longest-lived process went
+    through (manifest), the processes that have dumps, and their dumps; plus how many of
+    those are final dumps (one that raced the last round's count may be included)."""
+    manifest = json.loads((session / "manifest.json").read_text())
+    rounds = max(p.get("rounds", 0) for p in manifest["processes"])
+    names = [n for n in os.listdir(session / "dumps") if n.endswith(".heap")]
+    series = [n for n in names if ".f." not in n]
+    pids = {int(n.split(".")[1]) for n in series}
+    finals = len(names) - len(series)
+    return rounds, len(pids), {len(series) + k for k in range(finals + 1)}
+
+
+def test_round_lines_in_a_log(libjemalloc: Path, helper_built: str, tmp_path: Path) -> None:
+    """stderr a pipe: the first round at once, the last at the end (rate-limited between),
+    and what the last line says is what the session holds."""
+    session = tmp_path / "s"
+    p = subprocess.run(_cmd(session), env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == ["child", "parent"]  # the program's, untouched
+    seen = _rounds(p.stderr)
+    rounds, processes, dumps = _session_truth(session)
+    assert rounds >= 3
+    assert seen[0][0] == 1
+    # ~5 s of rounds, all within one 15 s period: the first and the last only
+    assert len(seen) == 2
+    assert seen[-1][0] == rounds
+    assert seen[-1][1] == processes == 2
+    assert seen[-1][2] in dumps
+
+
+def test_round_lines_on_a_terminal(libjemalloc: Path, helper_built: str,
+                                   tmp_path: Path) -> None:
+    """stdout and stderr one terminal (shared with the program): one line per round, in
+    order, the last as the session holds it; whole lines, never redrawn."""
+    session = tmp_path / "s"
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(_cmd(session), env=_env(tmp_path), stdin=subprocess.DEVNULL,
+                                stdout=slave, stderr=slave, close_fds=True)
+    finally:
+        os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer of the terminal is gone
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=300) == 0
+    text = out.decode("utf-8", "replace").replace("\r\n", "\n")
+    assert "\r" not in text and "\x1b[" not in text.split("\nheapscope: /")[0]
+    seen = _rounds(text)
+    rounds, processes, dumps = _session_truth(session)
+    assert [r for r, _n, _d in seen] == list(range(1, rounds + 1))
+    assert seen[-1][1] == processes == 2
+    assert seen[-1][2] in dumps
+    # The program's own lines reach the terminal whole (each is one write; a line of
+    # heapscope's may come just before or after it on a busy machine).
+    assert "child\n" in text and "parent\n" in text, text

@@ -1,0 +1,142 @@
+"""Debug-info hints: for a module with no debug info that holds a real share of a dump, one
+line saying how to get names on this system (-dbgsym package, debuginfod, --debug-dir)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from heapscope.cli import common
+from heapscope.model import Profile, Sample
+from heapscope.symbols import SymbolOptions, symbolize
+from heapscope.symbols.hints import Missing, debug_hints, os_release
+
+from .test_symbols_support import LIB_BASE, build_c, functions, mappings_for, need, profile, run
+
+# A distro library that ships stripped, with its debug info in a -dbgsym package.
+LIBZ = "/usr/lib/x86_64-linux-gnu/libz.so.1"
+
+
+@pytest.fixture(autouse=True)
+def fresh_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test is a new command: no module hinted about yet."""
+    monkeypatch.setattr(common, "_hinted", set())
+
+
+def opts(tmp: Path) -> SymbolOptions:
+    """Options isolated from the host: no cache, no debuginfod, an empty system debug dir."""
+    return SymbolOptions(cache_dir=None, debuginfod_urls=(),
+                         system_debug_dir=str(tmp / "no-system-debug"))
+
+
+def build_id_of(path: Path | str) -> str:
+    """The GNU build-id as readelf prints it."""
+    found = re.search(r"Build ID: ([0-9a-f]+)", run("readelf", "-n", path))
+    return found.group(1) if found else ""
+
+
+def stripped_lib(tmp: Path, *flags: str) -> tuple[Path, int]:
+    """A stripped shared library and the runtime address of an instruction in its exported
+    function (the library loaded at LIB_BASE)."""
+    full = build_c("lib.c", tmp / "libsymtest.so.full", "-O1", "-fPIC", "-shared", *flags)
+    lib = tmp / "libsymtest.so"
+    run("strip", "--strip-all", "-o", lib, full)
+    start, _ = functions(full)["lib_public_a"]
+    return lib, LIB_BASE + start + 4
+
+
+def no_owner(paths: Sequence[str]) -> dict[str, str]:
+    """No package owns any file (a file built by the test)."""
+    return {}
+
+
+def hint_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "hint:" in line]
+
+
+def test_stripped_library_with_build_id_gets_debuginfod_and_debug_dir_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    need("gcc", "strip", "readelf")
+    lib, address = stripped_lib(tmp_path, "-Wl,--build-id=sha1")
+    prof = profile([[address]], mappings_for(lib, LIB_BASE))
+
+    result = symbolize(prof, opts(tmp_path))
+
+    (note,) = [d for d in result.diagnostics if d.path]
+    assert (note.module, note.path) == ("libsymtest.so", str(lib))
+    assert note.build_id == build_id_of(lib) != ""
+    assert note.share == 1.0  # the only stack passes through it
+    common.print_debug_hints(result.diagnostics, owners=no_owner)
+    (line,) = hint_lines(capsys.readouterr().err)
+    assert line.startswith("heapscope: hint: libsymtest.so: no debug info")
+    assert "DEBUGINFOD_URLS" in line
+    assert "--debug-dir DIR" in line
+    assert "-dbgsym" not in line  # no package owns a file the test built
+
+
+def test_no_debuginfod_hint_without_a_build_id(tmp_path: Path) -> None:
+    need("gcc", "strip", "readelf")
+    lib, address = stripped_lib(tmp_path, "-Wl,--build-id=none")
+    assert build_id_of(lib) == ""
+    result = symbolize(profile([[address]], mappings_for(lib, LIB_BASE)), opts(tmp_path))
+
+    (note,) = [d for d in result.diagnostics if d.path]
+    hints = debug_hints([Missing(note.module, note.path, note.build_id)], owners=no_owner,
+                        release={"ID": "debian", "VERSION_CODENAME": "bookworm"})
+    assert "DEBUGINFOD_URLS" not in hints[str(lib)]
+    assert "--debug-dir DIR" in hints[str(lib)]
+
+
+def test_hint_once_per_command_and_only_for_a_real_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    need("gcc", "strip")
+    lib, address = stripped_lib(tmp_path)
+    maps = mappings_for(lib, LIB_BASE)
+    # One stack of 64 bytes through the library among 200: 0.5% of the bytes, under 1%.
+    small = profile([[address]] + [[0x10 + i] for i in range(199)], maps)
+    big = profile([[address]], maps)
+
+    common.print_debug_hints(symbolize(small, opts(tmp_path)).diagnostics, owners=no_owner)
+    assert hint_lines(capsys.readouterr().err) == []
+    diags = symbolize(big, opts(tmp_path)).diagnostics
+    common.print_debug_hints(diags, owners=no_owner)
+    common.print_debug_hints(diags, owners=no_owner)  # a second dump of the same command
+    assert len(hint_lines(capsys.readouterr().err)) == 1
+
+
+def test_debian_library_hint_names_its_dbgsym_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os_release().get("ID") != "debian" or shutil.which("dpkg-query") is None:
+        pytest.skip("needs Debian's dpkg")
+    if not Path(LIBZ).exists():
+        pytest.skip(f"{LIBZ} is not installed")
+    real = str(Path(LIBZ).resolve())
+    owned = subprocess.run(["dpkg-query", "-S", real.removeprefix("/usr")],
+                           capture_output=True, text=True, check=False)
+    if not owned.stdout.startswith("zlib1g:"):
+        pytest.skip("zlib1g does not own libz here")
+    if build_id_of(real) and Path("/usr/lib/debug/.build-id", build_id_of(real)[:2]).joinpath(
+            build_id_of(real)[2:] + ".debug").exists():
+        pytest.skip("zlib's debug info is installed here")
+    # An address in libz's code, in a dump of a process that mapped it as the kernel does.
+    maps = mappings_for(real, LIB_BASE)
+    code = next(m for m in maps if "x" in m.perms)
+    prof = Profile(samples=(Sample((code.start + 0x40,), (1.0, 4096.0, 1.0, 4096.0)),),
+                   mappings=tuple(maps))
+
+    result = symbolize(prof, opts(tmp_path))
+    common.print_debug_hints(result.diagnostics)
+
+    (line,) = hint_lines(capsys.readouterr().err)
+    assert "libz.so.1.2.13" in line
+    assert "install zlib1g-dbgsym" in line
+    assert "deb http://deb.debian.org/debian-debug bookworm-debug main" in line
+    assert "DEBUGINFOD_URLS=https://debuginfod.debian.net" in line
