@@ -74,6 +74,17 @@ class ProfiledProgram:
 
 
 @pytest.fixture(scope="session")
+def helper_built() -> str:
+    """The helper ``run`` preloads (heapscope._preload); skips when it was not built."""
+    from heapscope.capture.helper import library
+
+    lib = library()
+    if lib is None:
+        pytest.skip("heapscope._preload was not built (a C compiler is needed at install)")
+    return lib
+
+
+@pytest.fixture(scope="session")
 def libjemalloc() -> Path:
     lib = je.find_libjemalloc()
     if lib is None:

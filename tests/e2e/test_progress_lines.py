@@ -30,16 +30,6 @@ PROGRAM = ("import os, time\n"
 ROUND = re.compile(r"^heapscope: round (\d+) · (\d+) process(?:es)? · (\d+) dumps?\b")
 
 
-@pytest.fixture(scope="module")
-def helper_built() -> str:
-    from heapscope.capture.helper import library
-
-    lib = library()
-    if lib is None:
-        pytest.skip("heapscope._preload was not built (a C compiler is needed at install)")
-    return lib
-
-
 def _cmd(session: Path) -> list[str]:
     return [sys.executable, "-m", "heapscope.cli.main", "run", "-o", str(session),
             "--no-symbolize", "--every", "1", "--", PY, "-c", PROGRAM]

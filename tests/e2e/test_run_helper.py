@@ -21,16 +21,6 @@ pytestmark = pytest.mark.e2e
 PY = "/usr/bin/python3"
 
 
-@pytest.fixture(scope="session")
-def helper_built() -> str:
-    from heapscope.capture.helper import library
-
-    lib = library()
-    if lib is None:
-        pytest.skip("heapscope._preload was not built (a C compiler is needed at install)")
-    return lib
-
-
 def _run(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
     env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))
     env.pop("HEAPSCOPE_NO_HELPER", None)
