@@ -92,6 +92,11 @@ _CACHE_INTERVAL = {**_CACHE, "startup_table": Site(STEADY | BOUNDED),
                    "cache_index": Site(STEADY | BOUNDED, optional=True)}
 _RATES = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK), "leak_slow": Site(LEAK)}
 GROWING_OR_LEAK = frozenset({"leak", "growing"})
+# At 512 KiB a FIFO cache of 4 KiB entries holds ~170 samples, replaced slowly: its count
+# wanders like a random walk between turnovers (one CI run: 86 -> 59 -> 84 MiB over the
+# last two thirds), and a rise over the last third is then read as "growing, take more
+# dumps" in about 1 run in 20. Never a leak; bounded is the verdict wanted.
+_CACHE_512K = {**_CACHE, "cache_fill": Site(frozenset({"bounded", "growing"}))}
 _SHORT = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK),
           "leak_slow": Site(GROWING_OR_LEAK)}
 # Over 3 dumps leak_slow gains ~9 samples a dump on a level of ~30: its rise is about three
@@ -148,7 +153,7 @@ SCENARIOS: dict[str, Scenario] = {
             "cache_512k",
             "cache",
             "512k",
-            {"main": _CACHE},
+            {"main": _CACHE_512K},
             program_options=("--scale", "16"),
         ),
         Scenario(

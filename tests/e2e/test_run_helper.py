@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,10 +90,13 @@ def test_forked_child_gets_its_own_helper(libjemalloc: Path, helper_built: str,
     session = tmp_path / "s"
     hs = _run(["-o", str(session), "--every", "0.3", "--", PY, "-c", code], tmp_path)
     assert hs.stdout is not None
-    pids = {}
-    for _ in range(2):
-        role, pid = hs.stdout.readline().split()
-        pids[role] = int(pid)
+    pids: dict[str, int] = {}
+    seen = []
+    while len(pids) < 2 and len(seen) < 10:
+        # Two processes share the pipe: find their lines, whatever else comes between.
+        seen.append(hs.stdout.readline())
+        pids.update((m[1], int(m[2])) for m in re.finditer(r"\b(child|parent) (\d+)", seen[-1]))
+    assert set(pids) == {"child", "parent"}, seen
     time.sleep(0.8)
     child = _status(pids["child"], tmp_path)
     assert child["attach"]["mode"] == "helper" and child["opt_prof"]
