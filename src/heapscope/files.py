@@ -19,6 +19,8 @@ import os
 import stat
 from typing import BinaryIO, TextIO
 
+from heapscope.errors import InputError
+
 
 class NotRegularFile(OSError):
     """The path names something other than a regular file."""
@@ -204,3 +206,35 @@ def stamp(path: str) -> Stamp:
     if not stat.S_ISREG(st.st_mode):
         return None
     return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def check_output(path: str, force: bool) -> None:
+    """Fail before any work when the file a command was told to write (``-o``) cannot or
+    must not be written: a folder, a missing or unwritable folder, or a file that exists and
+    ``force`` (``--force``) is not given. ``-`` (standard output) always passes."""
+    if path == "-":
+        return
+    if os.path.isdir(path):
+        raise InputError(path, "is a folder: name the file to write")
+    if os.path.lexists(path) and not force:
+        raise InputError(path, "exists: add --force to replace it")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(path, f"cannot write: no such folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(path, f"cannot write: permission denied in {folder}")
+
+
+def write_output(path: str, data: bytes, force: bool) -> None:
+    """Write a command's output file: a new file, or with ``force`` a replacement; either
+    appears whole (written beside it and renamed). A file that appeared since
+    :func:`check_output` is not replaced without ``force``."""
+    try:
+        if force:
+            replace_atomically(path, data)
+        else:
+            create_atomically(path, data)
+    except FileExistsError:
+        raise InputError(path, "exists: add --force to replace it") from None
+    except OSError as e:
+        raise InputError(path, f"cannot write: {e.strerror or e}") from None

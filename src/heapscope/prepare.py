@@ -21,6 +21,7 @@ from heapscope.formats.symbolized import SUFFIX
 from heapscope.formats.trust import FolderTrust, Ignored
 from heapscope.model import Profile
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
+from heapscope.units import plural
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -104,7 +105,7 @@ def expand_inputs(paths: Iterable[str], *, latest: bool = False,
             if ignored is not None:
                 ignored.extend(skipped)
             if not found:
-                why = (f"; {len(skipped)} file(s) left out, e.g. {skipped[0].path}: "
+                why = (f"; {plural(len(skipped), 'file')} left out, e.g. {skipped[0].path}: "
                        f"{skipped[0].reason}" if skipped else "")
                 raise InputError(p, f"folder holds no .heap dumps{why}")
             ordered = sorted(found, key=dump_order)

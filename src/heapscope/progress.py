@@ -1,7 +1,13 @@
-"""Progress display for slow work: shown on stderr (rich) only once work passes one second."""
+"""Progress display for slow work: shown on stderr (rich) only once work passes one second.
+
+Without a terminal (a CI log) a plain line takes the bar's place every ``PLAIN_EVERY``
+seconds; ``$HEAPSCOPE_PROGRESS_EVERY`` (seconds, 0 for a line at every step) changes that
+period, for a log that wants more or fewer lines, and for tests.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
@@ -27,8 +33,13 @@ class DelayedProgress:
     of the same state is written at most every ``PLAIN_EVERY`` seconds instead.
 
     With ``dumps`` (the dump paths per process, as ``group_by_pid`` gives them) the reading
-    steps, which the series loader reports per process (``reading N dumps of pid P``, 0 of
-    1), are counted in dumps across all processes, with a rate and an ETA.
+    steps, which the series loader reports per process (``reading dumps of pid P``, k of n
+    after each dump), are counted in dumps across all processes, with a rate and an ETA.
+
+    Plain lines come from a timer thread when no step reports (one long step), and from
+    ``update`` when the period has passed since the last line; once a line has been written,
+    the end of the reading (every dump read) gets its line too, so the log shows the count
+    reach its total.
 
     ``lazy`` waits for the first update before anything is timed or shown: ``run`` reports
     only once the program has ended, and a bar drawn during the program's run would be torn
@@ -56,6 +67,11 @@ class DelayedProgress:
         self._dumps = {pid: len(paths) for pid, paths in (dumps or {}).items()}
         self._read: list[int | None] = []  # processes whose reading has begun, in order
         self._began = clock()
+        self.every = plain_every()
+        self._last_line = self._began  # when the last plain line was written (or work began)
+        self._outer: tuple[int, int] | None = None  # dumps read one by one, of how many
+        # the state (and dumps read) the last plain line showed
+        self._wrote: tuple[tuple[str, int, int], tuple[int, int] | None] | None = None
 
     def __enter__(self) -> DelayedProgress:
         if not self.lazy:
@@ -63,7 +79,7 @@ class DelayedProgress:
         return self
 
     def _begin(self) -> None:
-        self._began = self.clock()
+        self._began = self._last_line = self.clock()
         self.lazy = False
         if self.enabled and self.tty:
             self._timer = threading.Timer(self.delay, self._show)
@@ -90,36 +106,55 @@ class DelayedProgress:
                 self._bar = None
 
     def _plain_lines(self) -> None:
-        """Without a terminal: the state as a plain line every ``PLAIN_EVERY`` seconds."""
-        while not self._stop.wait(PLAIN_EVERY):
+        """Without a terminal: the state as a plain line when ``every`` seconds have passed
+        since the last one (which ``update`` may have written)."""
+        while not self._stop.wait(self.every if self.every > 0 else PLAIN_EVERY):
             with self._lock:
                 if self._closed:
                     return
-                line = self.plain_line()
-            try:
-                self.stream.write(line + "\n")
-                self.stream.flush()
-            except (OSError, ValueError):
-                return
+                if self.clock() - self._last_line >= self.every:
+                    self._write_plain()
+
+    def _write_plain(self) -> None:
+        """Write the current state as a plain line (the lock held)."""
+        self._last_line = self.clock()
+        self._wrote = (self._state, self._outer)
+        try:
+            self.stream.write(self.plain_line() + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.enabled = False  # stderr gone: progress is not worth failing the work for
 
     def plain_line(self) -> str:
-        """The current state as one line: ``heapscope: reading dumps of pid 7: 120/301
+        """The current state as one line: ``heapscope: reading dumps of pid 7, 120/301
         dumps, 4.1 dumps/s, ETA 44 s (29 s)``."""
-        what, done, total = self._state
+        what, _done, _total, count, rate = self._view()
         elapsed = self.clock() - self._began
-        parts = [what]
-        if total:
-            parts.append(f"{done}/{total}" + (" dumps" if self._counting() else ""))
-        rate = self._rate(done, total, elapsed)
-        if rate:
-            parts.append(rate)
-        return f"heapscope: {', '.join(parts)} ({_duration(elapsed)})"
+        return f"heapscope: {', '.join(p for p in (what, count, rate) if p)} " \
+               f"({_duration(elapsed)})"
 
-    def _counting(self) -> bool:
-        return bool(self._dumps) and self._state[0].startswith("reading")
+    def _view(self) -> tuple[str, int, int, str, str]:
+        """What to show of the state: the step, the bar's done and total, the count in
+        words, and the rate and ETA of dumps (empty when nothing counts dumps)."""
+        what, done, total = self._state
+        count = _count(done, total)
+        dumps = self._dumps_done()
+        if dumps is not None and dumps != (done, total):
+            # a step inside one dump of a command that reads dumps one by one
+            done, total = dumps
+            count = ", ".join(c for c in (count, f"{done}/{total} dumps") if c)
+        elif dumps is not None:
+            count += " dumps"
+        rate = rate_text(*dumps, self.clock() - self._began) if dumps is not None else ""
+        return what, done, total, count, rate
 
-    def _rate(self, done: int, total: int, elapsed: float) -> str:
-        return rate_text(done, total, elapsed) if self._counting() else ""
+    def _dumps_done(self) -> tuple[int, int] | None:
+        """(dumps read, of how many) when something counts them: the series loader's
+        reading step, or a command that reads dumps one by one (:data:`DUMPS_READ`)."""
+        what, done, total = self._state
+        if total and _READING.match(what):
+            return done, total
+        return self._outer
 
     def _show(self) -> None:
         # rich is imported only when a display is really needed: it costs start-up time.
@@ -139,15 +174,10 @@ class DelayedProgress:
                 console=Console(stderr=True),
                 transient=True,
             )
-            what, done, total = self._state
+            what, done, total, count, rate = self._view()
             self._task = self._bar.add_task(what, total=total or None, completed=done,
-                                            count=self._count_text(done, total),
-                                            rate=self._rate(done, total,
-                                                            self.clock() - self._began))
+                                            count=count, rate=rate)
             self._bar.start()
-
-    def _count_text(self, done: int, total: int) -> str:
-        return _count(done, total) + (" dumps" if total and self._counting() else "")
 
     def update(self, description: str, done: int, total: int) -> None:
         """Report that ``done`` of ``total`` units of ``description`` are finished."""
@@ -157,32 +187,49 @@ class DelayedProgress:
         if self.lazy:
             self._begin()
         with self._lock:
-            description, done, total = self._in_dumps(description, done, total)
-            self._state = (description, done, total)
+            if description == DUMPS_READ:
+                self._outer = (done, total) if total else None
+            else:
+                self._state = self._in_dumps(description, done, total)
             if self._bar is not None and self._task is not None:
-                self._bar.update(self._task, description=description, completed=done,
-                                 total=total or None, count=self._count_text(done, total),
-                                 rate=self._rate(done, total, self.clock() - self._began))
+                what, done, total, count, rate = self._view()
+                self._bar.update(self._task, description=what, completed=done,
+                                 total=total or None, count=count, rate=rate)
+            elif self._plain is not None and not self._closed and self._plain_due():
+                self._write_plain()
+
+    def _plain_due(self) -> bool:
+        """True when ``update`` should write a plain line now: the period has passed, or
+        the reading has just ended and the log has already shown part of it."""
+        if self.clock() - self._last_line >= self.every:
+            return True
+        dumps = self._dumps_done()
+        return (self._wrote is not None and dumps is not None and dumps[0] == dumps[1]
+                and self._wrote != (self._state, self._outer))
 
     def _in_dumps(self, description: str, done: int, total: int) -> tuple[str, int, int]:
-        """A per-process reading step restated in dumps across every process: the dumps of
-        the processes read before this one are done."""
+        """A per-process reading step (k of n) restated in dumps across every process: the
+        dumps of the processes read before this one are done."""
         m = _READING.match(description)
         if not self._dumps or m is None:
             return description, done, total
-        pid: int | None = None if m.group(2) == "None" else int(m.group(2))
+        pid: int | None = None if m.group(1) == "None" else int(m.group(1))
         if pid not in self._read:
             self._read.append(pid)
         before = sum(self._dumps.get(p, 0) for p in self._read[:-1])
         mine = self._dumps.get(pid, 0)
-        # keep_raw reading reports dumps itself (k of n in this process)
-        inside = done if m.group(1) is None and total == mine else 0
-        return (f"reading dumps of pid {m.group(2)}", before + inside,
-                sum(self._dumps.values()))
+        # n is this process's dumps as the display was told them; if not, k says nothing
+        inside = done if total == mine else 0
+        return description, before + inside, sum(self._dumps.values())
 
 
-# "reading 301 dumps of pid 7" (counts only, 0 of 1) or "reading dumps of pid 7" (k of n)
-_READING = re.compile(r"reading (?:(\d+) )?dumps of pid (\d+|None)$")
+# the series loader's step: "reading dumps of pid 7", k of n after each dump
+_READING = re.compile(r"reading dumps of pid (\d+|None)$")
+
+#: What a command that reads its dumps one by one reports between two dumps (k of n dumps
+#: read): shown beside the steps inside each dump, with a rate and an ETA, never in their
+#: place.
+DUMPS_READ = "dumps read"
 
 
 def _count(done: int, total: int) -> str:
@@ -196,6 +243,17 @@ Clock = Callable[[], float]
 #: Seconds between two plain progress lines when stderr is not a terminal: a CI log shows
 #: life without one line per round (an --every 1 run of an hour would write 3,600 lines).
 PLAIN_EVERY = 15.0
+EVERY_ENV = "HEAPSCOPE_PROGRESS_EVERY"
+
+
+def plain_every() -> float:
+    """Seconds between two plain progress lines: ``$HEAPSCOPE_PROGRESS_EVERY`` when it is a
+    number >= 0, else :data:`PLAIN_EVERY`."""
+    try:
+        every = float(os.environ.get(EVERY_ENV, ""))
+    except ValueError:
+        return PLAIN_EVERY
+    return every if 0 <= every < float("inf") else PLAIN_EVERY
 
 
 class Throttle:
@@ -290,7 +348,8 @@ class RoundReporter:
     status line (rich's live view) would be torn by it, or would erase and overwrite the
     program's last line. Whole lines never mix with the program's lines except in order. On
     a terminal every round gets its line; elsewhere (a CI log) one line at most every
-    ``PLAIN_EVERY`` seconds, and ``close`` writes the last state if it was held back.
+    ``PLAIN_EVERY`` seconds (or ``$HEAPSCOPE_PROGRESS_EVERY``), and ``close`` writes the
+    last state if it was held back.
     """
 
     def __init__(self, stream: TextIO, tty: bool | None = None,
@@ -298,7 +357,7 @@ class RoundReporter:
         self.stream = stream
         self.tty = stream.isatty() if tty is None else tty
         self.enabled = enabled
-        self.throttle = Throttle(0.0 if self.tty else PLAIN_EVERY, clock)
+        self.throttle = Throttle(0.0 if self.tty else plain_every(), clock)
         self._held: RoundStatus | None = None
         self._lock = threading.Lock()
 

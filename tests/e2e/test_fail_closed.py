@@ -521,8 +521,11 @@ def test_a_worker_that_switches_user_is_dumped_and_judged(dropuser: Path,
     procs = _processes(s)
     assert len(procs) == 2 and all(pr["examined"] for pr in procs.values()), procs
     (worker,) = [pr for pr in procs.values() if pr["role"] == "child"]
-    assert worker["judged_dumps"] >= 4 and worker["verdict"] == "leaks", worker
     doc = json.loads((s / "report.json").read_text())
+    why = {k: worker.get(k) for k in ("judged_dumps", "verdict", "rounds", "missed_rounds",
+                                      "missed_why", "via")}
+    assert worker["judged_dumps"] >= 4 and worker["verdict"] == "leaks", \
+        (why, doc["suspects"][:2], p.stderr[-2000:])
     assert doc["suspects"][0]["function"] == "worker_leak", doc["suspects"][0]
     assert doc["suspects"][0]["pid"] == worker["pid"]
     # its dumps were copied into dumps/, root's and 0600 like the others

@@ -143,13 +143,14 @@ def test_output_errors_are_one_line(leaky_c: Any, cache_dir: Path, tmp_path: Pat
     out = tmp_path / "g.dot"
     out.write_text("keep me")
     p = heapscope(str(leaky_c.dump), "-o", str(out), cache=cache_dir, check=False)
-    assert p.returncode == 2 and "--force" in p.stderr and len(p.stderr.splitlines()) == 1
+    # The one overwrite rule: exit 3, "exists: add --force to replace it".
+    assert p.returncode == 3 and "add --force" in p.stderr and len(p.stderr.splitlines()) == 1
     assert out.read_text() == "keep me"
     heapscope(str(leaky_c.dump), "-o", str(out), "--force", cache=cache_dir)
     assert out.read_text().startswith("digraph")
     p = heapscope(str(leaky_c.dump), "-o", str(tmp_path / "nope" / "g.svg"), cache=cache_dir,
                   check=False)
-    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.returncode == 3 and len(p.stderr.splitlines()) == 1, p.stderr
     p = heapscope(str(leaky_c.dump), "-o", str(tmp_path / "g.txt"), cache=cache_dir,
                   check=False)
     assert p.returncode == 2 and "--format" in p.stderr

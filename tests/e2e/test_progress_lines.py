@@ -1,7 +1,8 @@
 """What ``heapscope run --every`` says while the program runs: round lines on heapscope's
 stderr, with the rounds, processes and dumps the session folder then holds; in a log (a
 pipe) at most one every 15 s plus the last, on a terminal one per round; the program's own
-stdout untouched."""
+stdout untouched. And what ``heapscope leaks`` and ``heapscope timeline`` say while they read
+a long series in a log: the count of dumps read, rising to the number the session holds."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jemalloc as je
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +40,7 @@ def _cmd(session: Path) -> list[str]:
 def _env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c"))
     env.pop("HEAPSCOPE_NO_HELPER", None)
+    env.pop("HEAPSCOPE_PROGRESS_EVERY", None)  # the default period (15 s) is under test
     return env
 
 
@@ -110,3 +113,57 @@ def test_round_lines_on_a_terminal(libjemalloc: Path, helper_built: str,
     # The program's own lines reach the terminal whole (each is one write; a line of
     # heapscope's may come just before or after it on a busy machine).
     assert "child\n" in text and "parent\n" in text, text
+
+
+# --- reading a long series: leaks and timeline count dumps -----------------------------------
+
+STEPS = 48  # manual dumps of the series program, plus its final dump
+READING = re.compile(r"^heapscope: reading dumps of pid (\d+), (\d+)/(\d+) dumps\b")
+
+
+@pytest.fixture(scope="module")
+def long_session(tmp_path_factory: pytest.TempPathFactory, gcc: Path,
+                 libjemalloc: Path) -> tuple[Path, dict[str, str]]:
+    """A session of leakprog/series.c with STEPS manual dumps and its final one."""
+    root = tmp_path_factory.mktemp("progress-series").resolve()
+    binary = je.build([je.LEAKPROG_DIR / "series.c"], root / "series",
+                      ("-O1", "-g", "-fno-omit-frame-pointer"), compiler=gcc,
+                      link_flags=["-ldl"])
+    env = dict(os.environ, HEAPSCOPE_CACHE_DIR=str(root / "cache"))
+    for key in (*je.PROFILING_ENV, "HEAPSCOPE_PROGRESS_EVERY"):
+        env.pop(key, None)
+    session = root / "session"
+    p = subprocess.run([*je.HEAPSCOPE_CMD, "run", "-o", str(session), "--sample", "4k",
+                        "--no-symbolize", "--", str(binary), "--step-ms", "1", "cache",
+                        str(STEPS)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return session, env
+
+
+def _counts(stderr: str) -> list[tuple[int, int]]:
+    """(dumps read, of how many) of each reading line."""
+    return [(int(m[2]), int(m[3])) for line in stderr.splitlines()
+            if (m := READING.match(line))]
+
+
+@pytest.mark.parametrize("command", ["leaks", "timeline"])
+def test_reading_lines_count_every_dump(long_session: tuple[Path, dict[str, str]],
+                                        tmp_path: Path, command: str) -> None:
+    """stderr a pipe, a line at every step ($HEAPSCOPE_PROGRESS_EVERY=0): the count of
+    dumps read goes 0, 1, … up to the dumps in the session's folder, never back."""
+    session, env = long_session
+    total = len([n for n in os.listdir(session / "dumps") if n.endswith(".heap")])
+    assert total == STEPS + 1
+    argv = (["leaks", str(session)] if command == "leaks"
+            else ["timeline", str(session), "-o", str(tmp_path / "t.svg")])
+    p = subprocess.run([*je.HEAPSCOPE_CMD, *argv],
+                       env=dict(env, HEAPSCOPE_PROGRESS_EVERY="0"), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    seen = _counts(p.stderr)
+    assert {of for _done, of in seen} == {total}, p.stderr[-3000:]
+    done = [d for d, _of in seen]
+    assert done == sorted(done)
+    assert sorted(set(done)) == list(range(total + 1))
+    assert done[-1] == total
+

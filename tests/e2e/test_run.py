@@ -171,12 +171,12 @@ def test_no_jemalloc_and_jemalloc_without_profiling(tmp_path: Path, gcc: Path) -
 
 def test_unwritable_or_existing_output(libjemalloc: Path, tmp_path: Path) -> None:
     p = hs("run", "-o", "/proc/heapscope-cannot-write-here", "--", "true", cache=tmp_path)
-    assert p.returncode == 2 and "cannot write the session" in _one_error_line(p)
+    assert p.returncode == 3 and "cannot write the session" in _one_error_line(p)
     used = tmp_path / "used"
     used.mkdir()
     (used / "precious.txt").write_text("keep me")
     p = hs("run", "-o", str(used), "--", "true", cache=tmp_path)
-    assert p.returncode == 2 and "not empty" in _one_error_line(p)
+    assert p.returncode == 3 and "not empty" in _one_error_line(p)
     assert [x.name for x in used.iterdir()] == ["precious.txt"]
     assert (used / "precious.txt").read_text() == "keep me"
 

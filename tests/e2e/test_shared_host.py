@@ -207,7 +207,12 @@ def test_output_link_is_replaced_not_written_through(
     victim.write_text("keep\n")
     out = base / "shared" / "flame.html"
     assert as_user(MALLORY, "ln", "-s", str(victim), str(out)).returncode == 0
+    # Something is at the name: refused (the one overwrite rule), nothing written through.
     p = hs("flamegraph", str(session), "-o", str(out), cache=base / "cache")
+    assert p.returncode == 3 and "add --force" in p.stderr, p.stderr
+    assert victim.read_text() == "keep\n" and os.path.islink(out)
+    # With --force the link is replaced, still never written through.
+    p = hs("flamegraph", str(session), "-o", str(out), "--force", cache=base / "cache")
     assert p.returncode == 0, p.stderr
     assert victim.read_text() == "keep\n"
     st = os.lstat(out)

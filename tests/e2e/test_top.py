@@ -286,4 +286,14 @@ def test_diff_command_matches_sites_across_runs(leaky_c: Any, leaky_c_sampled: A
     assert data["total"] == pytest.approx(new - base)
     assert not any(r["name"].startswith("0x") for r in data["rows"])
     same = heapscope("diff", str(leaky_c.dump), str(leaky_c.dump), cache=cache_dir).stdout
-    assert same.splitlines() == ["Total: 0.0 MB"]
+    lines = same.splitlines()
+    # Both sides name the same dump with the same total; no change, so no rows and no shares.
+    assert lines[0].split()[1] == lines[1].split()[1] == leaky_c.dump.name
+    assert lines[0].split()[-2:] == lines[1].split()[-2:]
+    assert lines[0].endswith(" MiB") and lines[2:] == [
+        "change  0 B", "flat MiB  share    sum  cum MiB name"]
+    grew = heapscope("diff", "-n", "0", str(leaky_c_sampled.dump), str(leaky_c.dump),
+                     cache=cache_dir).stdout
+    shares = [float(m) for m in re.findall(r"^ *\S+ +(\d+\.\d)% ", grew, re.M)]
+    assert shares and max(shares) <= 100.0
+    assert "MB" not in grew.replace("MiB", "")

@@ -45,7 +45,7 @@ from heapscope.analysis.fold import FramePolicy
 from heapscope.analysis.graph import GraphOptions, build_graph
 from heapscope.analysis.leaks import LeakReport, find_leaks
 from heapscope.analysis.series import load_series
-from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
+from heapscope.analysis.top import SAMPLE_INDEX, View, build_diff, build_table
 from heapscope.analysis.tree import build_tree
 from heapscope.capture.launch import RunResult
 from heapscope.capture.runner import SessionResult
@@ -62,7 +62,7 @@ from heapscope.render.json import render_json, table_dict
 from heapscope.render.leaks import render_leaks
 from heapscope.render.pprof import PPROF_ORDER, PprofOptions, encode_profile
 from heapscope.render.report import render_report
-from heapscope.render.text import render_table
+from heapscope.render.text import render_diff, render_table
 from heapscope.symbols import Symbolized, SymbolOptions
 from tests.fuzz.targets import Target, _dump_files, _one_line, _write
 
@@ -514,9 +514,10 @@ def _diff(data: bytes, scratch: str) -> object:
     new = [prepared(new_data, scratch, knobs, seq=1)]
     # heapscope diff BASE NEW (top --base)
     view = View(knobs.sample, knobs.granularity, knobs.cum, knobs.nodecount)
-    table, rows = build_table(new, view, base)
+    d = build_diff(new, view, base)
+    table, rows = d.table, d.rows
     out = io.StringIO()
-    render_table(out, table, rows, granularity=view.granularity, diff=True)
+    render_diff(out, d, base, new, granularity=view.granularity)
     plain_text(out.getvalue(), "diff table")
     strict_json(json.dumps(table_dict(table, rows)))
     # the flame graph and call graph against a base

@@ -10,7 +10,7 @@ import pytest
 
 from heapscope.capture import session
 from heapscope.capture.access import dump_owner, user_from_command
-from heapscope.errors import UsageError
+from heapscope.errors import InputError
 from heapscope.formats.trust import FolderTrust, Ignored
 from heapscope.prepare import expand_inputs
 
@@ -58,16 +58,16 @@ def test_existing_folder_checks(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(UsageError, match="not yours alone"):
+    with pytest.raises(InputError, match="not yours alone"):
         session.create(str(shared), ["x"])
     (tmp_path / "link").symlink_to(tmp_path / "target")
-    with pytest.raises(UsageError, match="symbolic link"):
+    with pytest.raises(InputError, match="symbolic link"):
         session.create(str(tmp_path / "link"), ["x"])
     assert not (tmp_path / "target").exists()
     full = tmp_path / "full"
     full.mkdir()
     (full / "keep").write_text("mine")
-    with pytest.raises(UsageError, match="not empty"):
+    with pytest.raises(InputError, match="not empty"):
         session.create(str(full), ["x"])
     assert (full / "keep").read_text() == "mine"
 

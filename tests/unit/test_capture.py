@@ -12,7 +12,7 @@ from heapscope.capture import session
 from heapscope.capture.conf import build_conf, env_var, lg2
 from heapscope.capture.jemalloc import JemallocLib, inspect_target
 from heapscope.capture.runner import build_env
-from heapscope.errors import UsageError
+from heapscope.errors import InputError, UsageError
 from heapscope.units import parse_size
 
 DATA = Path(__file__).parent.parent / "data" / "symbols"
@@ -81,7 +81,7 @@ def test_session_folder_never_overwritten(tmp_path: Path, monkeypatch: pytest.Mo
     Path(a, "x").write_text("data")
     b = session.create(None, ["/usr/bin/my prog"])
     assert a != b
-    with pytest.raises(UsageError, match="not empty"):
+    with pytest.raises(InputError, match="not empty"):
         session.create(a, ["x"])
     assert Path(a, "x").read_text() == "data"
 
@@ -94,13 +94,13 @@ def test_session_folder_must_be_the_callers_alone(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(UsageError, match="not yours alone"):
+    with pytest.raises(InputError, match="not yours alone"):
         session.create(str(shared), ["x"])
     if os.geteuid() == 0:
         theirs = tmp_path / "theirs"
         theirs.mkdir()
         os.chown(theirs, 65534, 65534)
-        with pytest.raises(UsageError, match="owner uid 65534"):
+        with pytest.raises(InputError, match="owner uid 65534"):
             session.create(str(theirs), ["x"])
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -456,7 +456,7 @@ def test_cli_errors(dump: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = tmp_path / "exists.folded"
     out.write_text("keep me")
     assert _run([str(dump), "--format", "collapsed", "-o", str(out), "--no-cache"]) == 3
-    assert "already exists (use --force" in capsys.readouterr().out
+    assert "exists: add --force to replace it" in capsys.readouterr().out
     assert out.read_text() == "keep me"
     assert _run([str(dump), "--format", "collapsed", "-o", str(out), "--force",
                  "--no-cache"]) == 0

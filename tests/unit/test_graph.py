@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
-from heapscope.errors import ToolError, UsageError
+from heapscope.errors import InputError, ToolError, UsageError
 from heapscope.model import Profile
 from heapscope.render import callgraph
 from heapscope.render.callgraph import escape, output_format, shorten, to_dot, write_graph
@@ -360,8 +360,9 @@ def test_never_overwrites_without_force(tmp_path: Path) -> None:
     g = build_graph([simple()], GraphOptions())
     out = tmp_path / "g.dot"
     out.write_text("precious")
-    with pytest.raises(UsageError, match="--force"):
+    with pytest.raises(InputError, match="exists: add --force to replace it") as e:
         write_graph(g, str(out), "dot")
+    assert e.value.exit_code == 3
     assert out.read_text() == "precious"
     write_graph(g, str(out), "dot", force=True)
     assert out.read_text() == to_dot(g)
@@ -370,16 +371,16 @@ def test_never_overwrites_without_force(tmp_path: Path) -> None:
 
 def test_unwritable_outputs(tmp_path: Path) -> None:
     g = build_graph([simple()], GraphOptions())
-    with pytest.raises(UsageError, match="does not exist"):
+    with pytest.raises(InputError, match="no such folder"):
         write_graph(g, str(tmp_path / "missing" / "g.dot"), "dot")
-    with pytest.raises(UsageError, match="is a folder"):
+    with pytest.raises(InputError, match="is a folder"):
         write_graph(g, str(tmp_path), "dot")
     if os.geteuid() != 0:
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
         try:
-            with pytest.raises(UsageError, match="not writable"):
+            with pytest.raises(InputError, match="permission denied"):
                 write_graph(g, str(ro / "g.dot"), "dot")
         finally:
             ro.chmod(0o700)

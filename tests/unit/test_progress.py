@@ -110,14 +110,18 @@ def test_rate_and_eta() -> None:
 
 
 def test_reading_is_counted_in_dumps_across_processes() -> None:
-    """The loader reports per process (0 of 1); the display counts dumps of all of them."""
+    """The loader reports per process (k of n); the display counts dumps of all of them."""
     clock = FakeClock()
     bar = DelayedProgress(enabled=True, clock=clock, stream=io.StringIO(),
                           dumps={7: ["a"] * 301, 8: ["b"] * 99})
-    bar.update("reading 301 dumps of pid 7", 0, 1)
+    bar.update("reading dumps of pid 7", 0, 301)
     assert bar.plain_line() == "heapscope: reading dumps of pid 7, 0/400 dumps (0 s)"
-    clock.now += 60.0
-    bar.update("reading 99 dumps of pid 8", 0, 1)
+    clock.now += 30.0
+    bar.update("reading dumps of pid 7", 137, 301)
+    assert bar.plain_line() == ("heapscope: reading dumps of pid 7, 137/400 dumps, "
+                                "4.6 dumps/s, ETA 58 s (30 s)")
+    clock.now += 30.0
+    bar.update("reading dumps of pid 8", 0, 99)
     assert bar.plain_line() == ("heapscope: reading dumps of pid 8, 301/400 dumps, "
                                 "5.0 dumps/s, ETA 20 s (1 min 00 s)")
     bar.update("symbolizing libc.so.6", 3, 10)

@@ -30,6 +30,7 @@ from heapscope.capture.procs import proc_stat
 from heapscope.errors import HeapscopeError
 from heapscope.symbols import SymbolOptions
 from heapscope.terminal import clean
+from heapscope.units import plural
 
 DIR = "dir:"  # key prefix of processes read from a dumps folder
 
@@ -273,7 +274,7 @@ class Agent:
         self.watched[key] = w
         resumed = len(at.session_dumps(w.session, target.pid))
         self.say(f"watching {target.service} pid {target.pid}"
-                 + (f" (resuming a window of {resumed} dumps)" if resumed else ""))
+                 + (f" (resuming a window of {plural(resumed, 'dump')})" if resumed else ""))
         return w
 
     def _dump_all(self, batch: dict[str, Target]) -> None:

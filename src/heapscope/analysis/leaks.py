@@ -22,6 +22,7 @@ from heapscope.analysis.processes import QUIET_ROLES, role
 from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.suppress import Suppression
 from heapscope.model import Profile, ViaFrame
+from heapscope.units import plural
 
 LEAK = trend.LEAK
 GROWING = trend.GROWING
@@ -219,7 +220,8 @@ class ProcessFinding:
         """The reason for an ``undecided`` verdict with no growth behind it."""
         return (f"{self.missed} of {self.rounds} rounds of dumps were missed"
                 + (f" ({self.missed_why})" if self.missed_why else "")
-                + f": {self.judged} dumps are too few to call it clean")
+                + f": {plural(self.judged, 'dump')} {'is' if self.judged == 1 else 'are'} too few "
+                  "to call it clean")
 
     @property
     def fail_bytes(self) -> float:
@@ -399,7 +401,7 @@ def _rollup_finding(series: ProcessSeries, r: SiteSeries, rules: list[Suppressio
     biggest = max(members, key=lambda k: last.get(k, 0.0), default=None)
     function, _, where = name.partition(" ")
     file, _, line = where.rpartition(":")
-    stack = (f"{name}  ({r.members} call paths)",)
+    stack = (f"{name}  ({plural(r.members, 'call path')})",)
     f = Finding(series.pid, function, file, int(line) if line.isdigit() else 0, "",
                 stack, r.bytes, r.objects, r.verdict, r.values, r.trend, at_exit=r.at_exit,
                 rollup=r.rollup, sites=r.members,

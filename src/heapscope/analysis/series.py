@@ -138,10 +138,9 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
     dumps: list[DumpCounts] = []
     parsed: list[Profile] = []
     skipped: list[str] = []
+    done = _reading(progress, pid, len(paths))
     if keep_raw:
-        for k, path in enumerate(paths):
-            if progress is not None:
-                progress(f"reading dumps of pid {pid}", k, len(paths))
+        for k, path in enumerate(paths, 1):
             try:
                 d, profile = scanner.read(path, keep=True)
             except HeapscopeError as e:
@@ -149,13 +148,14 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                     raise
                 skipped.append(str(e))
                 continue
+            finally:
+                if done is not None:
+                    done(k)
             dumps.append(d)
             if profile is not None:
                 parsed.append(profile)
     else:
-        if progress is not None:
-            progress(f"reading {len(paths)} dumps of pid {pid}", 0, 1)
-        for got in scanner.read_all(paths, jobs=_jobs()):
+        for got in scanner.read_all(paths, jobs=_jobs(), done=done):
             if isinstance(got, HeapscopeError):
                 # A dump still being written (the newest of a live process) is skipped; a
                 # series can do without it. A damaged one among older ones is skipped too.
@@ -201,6 +201,22 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                          site_stacks, pruned.with_(samples=()), [d.time for d in dumps],
                          diagnostics, kept_raw, [d.kind for d in dumps], site_via,
                          folded.wrappers, skipped)
+
+
+def _reading(progress: ProgressFn | None, pid: int | None, n: int
+             ) -> Callable[[int], None] | None:
+    """Where the reading of a process's ``n`` dumps is reported: ``reading dumps of pid P``,
+    k of n after each dump (``heapscope.progress`` counts these across processes), starting
+    with 0 of n so the step is named before a first, perhaps slow, dump is read."""
+    if progress is None:
+        return None
+    what = f"reading dumps of pid {pid}"
+    progress(what, 0, n)
+
+    def done(k: int) -> None:
+        progress(what, k, n)
+
+    return done
 
 
 def _site_via(sites: list[SiteKey], used: npt.NDArray[np.int64],

@@ -47,15 +47,44 @@ def filtered(profile: Profile, view: View) -> Profile:
     return profile
 
 
-def build_table(profiles: list[Profile], view: View,
-                base: list[Profile] | None = None) -> tuple[Table, tuple[Row, ...]]:
-    """Aggregate profiles (minus base ones) and return the table and its displayed rows."""
-    index = SAMPLE_INDEX[view.sample]
-    table = aggregate([filtered(p, view) for p in profiles], index, view.granularity)
-    if base:
-        table = subtract(table, aggregate([filtered(p, view) for p in base], index,
-                                          view.granularity))
+class Diff(NamedTuple):
+    """A top view of NEW minus BASE: the per-row changes, both sides' totals, and the sums the
+    shares are parts of (every row's rise, every row's fall: ``growth - shrinkage`` is the
+    change of the total)."""
+
+    table: Table
+    rows: tuple[Row, ...]
+    base_total: float
+    new_total: float
+    growth: float  # sum of the positive flat changes
+    shrinkage: float  # sum of the negative flat changes, as a positive number
+
+
+def _shown(table: Table, view: View) -> tuple[Row, ...]:
     rows = sort_rows(table, view.cum)
     if view.nodecount > 0:
         rows = rows[: view.nodecount]
-    return table, rows
+    return rows
+
+
+def build_table(profiles: list[Profile], view: View,
+                base: list[Profile] | None = None) -> tuple[Table, tuple[Row, ...]]:
+    """Aggregate profiles (minus base ones) and return the table and its displayed rows."""
+    if base:
+        d = build_diff(profiles, view, base)
+        return d.table, d.rows
+    index = SAMPLE_INDEX[view.sample]
+    table = aggregate([filtered(p, view) for p in profiles], index, view.granularity)
+    return table, _shown(table, view)
+
+
+def build_diff(profiles: list[Profile], view: View, base: list[Profile]) -> Diff:
+    """The change from ``base`` to ``profiles`` under one view, rows matched by name."""
+    index = SAMPLE_INDEX[view.sample]
+    new = aggregate([filtered(p, view) for p in profiles], index, view.granularity)
+    old = aggregate([filtered(p, view) for p in base], index, view.granularity)
+    table = subtract(new, old)
+    # Over every row, not only the displayed ones: a share is of all the growth.
+    growth = sum(r.flat for r in table.rows if r.flat > 0)
+    shrinkage = -sum(r.flat for r in table.rows if r.flat < 0)
+    return Diff(table, _shown(table, view), old.total, new.total, growth, shrinkage)

@@ -24,7 +24,7 @@ from heapscope.capture.access import DumpOwner, user_name
 from heapscope.capture.control import call
 from heapscope.capture.mallctl import AttachError, CallResult, Op
 from heapscope.capture.procevents import read_image
-from heapscope.errors import UsageError
+from heapscope.errors import InputError, UsageError
 from heapscope.formats.load import parse_dump_name
 from heapscope.safetext import json_ready
 from heapscope.symbols import SymbolOptions
@@ -340,8 +340,8 @@ def check_dump_file(path: str) -> None:
     """Refuse a dump file the target could be tricked into writing elsewhere: jemalloc opens
     it with ``creat()``, which follows a link and truncates what is there."""
     if os.path.lexists(path):
-        raise UsageError(f"{path}: exists; heapscope never overwrites a file (choose a new "
-                         "name, or a session folder with -o DIR)")
+        raise InputError(path, "exists; heapscope never overwrites a dump (choose a new "
+                               "name, or a session folder with -o DIR)")
     folder = os.path.dirname(path) or "."
     try:
         st = os.stat(folder)

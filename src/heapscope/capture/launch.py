@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from heapscope.capture.procevents import ProcEvents
 from heapscope.capture.procs import TreeWatcher
 from heapscope.errors import HeapscopeError
+from heapscope.units import plural
 
 _FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _TTY_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
@@ -249,7 +250,7 @@ def _slow_rounds(rounds: list[tuple[float, int]], every: float) -> str | None:
     if took <= every:
         return None
     most = max(n for _t, n in rounds)
-    return (f"--every {every:g}: a round of dumps of up to {most} processes took "
+    return (f"--every {every:g}: a round of dumps of up to {plural(most, 'process')} took "
             f"{took:.1f} s (median), so dumps came about every {took + every / 10:.1f} s")
 
 

@@ -34,6 +34,7 @@ from heapscope.formats.load import parse_dump_name
 from heapscope.model import Profile
 from heapscope.safetext import json_ready
 from heapscope.symbols import Diagnostic, SymbolOptions
+from heapscope.units import plural
 
 JAVA_FLAGS = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit"
 
@@ -283,12 +284,11 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     diagnostics: list[Diagnostic] = []
     all_series: list[ProcessSeries] = []
     symbols = opts.symbol_options if opts.symbolize else SymbolOptions(cache_dir=None)
-    for k, (pid, dumps) in enumerate(sorted(by_pid.items())):
-        if progress is not None:
-            progress(f"symbolizing dumps of pid {pid}", k, len(by_pid))
+    for pid, dumps in sorted(by_pid.items()):
         try:
-            series = load_series(pid, dumps, symbols, keep_raw=opts.symbolize, aliases=aliases,
-                                 frames=opts.frames)
+            # Each dump read is counted (progress says "reading dumps of pid P, k/n").
+            series = load_series(pid, dumps, symbols, progress, keep_raw=opts.symbolize,
+                                 aliases=aliases, frames=opts.frames)
         except HeapscopeError as e:
             # Its dumps exist but cannot be read: the process is "unreadable", never
             # "clean" and never dropped (the run fails, naming the reason).
@@ -352,9 +352,9 @@ def _unwritable_dumps(summaries: list[str], owner: access.DumpOwner) -> list[str
     failed = [ln for ln in summaries if _FAILED_OPEN.search(ln)]
     if not failed:
         return []
-    return [f"jemalloc could not write {len(failed)} dump(s) ({failed[0].strip()}): a process "
-            f"ran as a user other than {owner.name}, who owns dumps/; if the program switches "
-            "user, name it with --user USER"]
+    return [f"jemalloc could not write {plural(len(failed), 'dump')} ({failed[0].strip()}): "
+            f"a process ran as a user other than {owner.name}, who owns dumps/; if the program "
+            "switches user, name it with --user USER"]
 
 
 def _unwritten_pids(summaries: list[str]) -> dict[int, str]:

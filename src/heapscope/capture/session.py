@@ -30,7 +30,7 @@ from typing import Any
 
 from heapscope.capture import access
 from heapscope.capture.access import DumpOwner
-from heapscope.errors import UsageError
+from heapscope.errors import InputError
 from heapscope.files import create_new, open_regular
 
 MANIFEST = "manifest.json"
@@ -66,7 +66,7 @@ def create(path: str | None, cmd: list[str], owner: DumpOwner | None = None) -> 
                 n += 1
                 path = f"{base}-{n}"
             except OSError as e:
-                raise UsageError(f"{os.path.abspath(path)}: cannot write the session there: "
+                raise InputError(os.path.abspath(path), "cannot write the session there: "
                                  f"{e.strerror or e}") from None
     else:
         try:
@@ -76,18 +76,18 @@ def create(path: str | None, cmd: list[str], owner: DumpOwner | None = None) -> 
         except FileExistsError:
             _check_reusable(os.path.abspath(path), me.uid)
         except OSError as e:
-            raise UsageError(f"{os.path.abspath(path)}: cannot write the session there: "
+            raise InputError(os.path.abspath(path), "cannot write the session there: "
                              f"{e.strerror or e}") from None
     path = os.path.abspath(path)
     try:
         top = os.open(path, _DIR_FLAGS)
     except OSError as e:
-        raise UsageError(f"{path}: cannot open the session folder: {e.strerror or e}") from None
+        raise InputError(path, f"cannot open the session folder: {e.strerror or e}") from None
     try:
         st = os.fstat(top)
         if st.st_uid != me.uid or os.listdir(top):
             # Swapped or filled between the check and the open.
-            raise UsageError(f"{path}: folder changed while the session was created; "
+            raise InputError(path, "folder changed while the session was created; "
                              "choose another -o")
         shared = owner.uid != me.uid
         if shared:
@@ -103,7 +103,7 @@ def create(path: str | None, cmd: list[str], owner: DumpOwner | None = None) -> 
         finally:
             os.close(sub)
     except OSError as e:
-        raise UsageError(f"{path}: cannot write the session there: "
+        raise InputError(path, f"cannot write the session there: "
                          f"{e.strerror or e}") from None
     finally:
         os.close(top)
@@ -118,15 +118,17 @@ def _check_reusable(path: str, uid: int) -> None:
     that no one else can write into (or plant links in) while the session is written."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        raise UsageError(f"{path}: is a symbolic link; choose another -o")
+        raise InputError(path, "is a symbolic link; choose another -o")
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{path}: exists and is not a folder; choose another -o")
+        raise InputError(path, "exists and is not a folder; choose another -o")
     if st.st_uid != uid or st.st_mode & 0o022:
-        raise UsageError(f"{path}: folder is not yours alone (owner uid {st.st_uid}, mode "
+        raise InputError(path, f"folder is not yours alone (owner uid {st.st_uid}, mode "
                          f"{stat.S_IMODE(st.st_mode):o}); choose another -o")
     if os.listdir(path):
-        raise UsageError(f"{path}: folder exists and is not empty; heapscope never "
-                         "overwrites a session, choose another -o")
+        # An existing output is refused with exit 3, as by every command; a session is
+        # never replaced, not even with --force (it holds a run that cannot be repeated).
+        raise InputError(path, "folder exists and is not empty; heapscope never overwrites "
+                               "a session, choose another -o")
 
 
 def access_facts(owner: DumpOwner | None) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="seconds between rounds (default 60)")
     p.add_argument("--window", type=int, metavar="N",
                    help="dumps judged per process (default 30; older ones are deleted)")
-    p.add_argument("--top", type=int, metavar="K",
+    p.add_argument("-n", "--top", type=int, metavar="N",
                    help="sites per process with their own series (default 10; the rest are "
                         "summed as function=\"other\")")
     p.add_argument("--listen", metavar="HOST:PORT",

@@ -14,14 +14,15 @@ from heapscope.capture import attach as at
 from heapscope.capture.conf import lg2
 from heapscope.capture.mallctl import NOPROF_HINT, AttachError, Op, proc_state
 from heapscope.cli.commands import summary
-from heapscope.cli.common import add_symbol_options, symbol_options
+from heapscope.cli.common import add_symbol_options, add_top_option, symbol_options
+from heapscope.cli.gates import add_gate_options, gate, thresholds
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.progress import DelayedProgress, RoundReporter
 from heapscope.render.json import render_json
 from heapscope.render.leaks import render_leaks
 from heapscope.seriesview import GrowthEstimate, SeriesRounds
 from heapscope.terminal import clean
-from heapscope.units import human_bytes, parse_size
+from heapscope.units import human_bytes, parse_size, plural
 
 ACTIONS = ("status", "dump", "start", "stop", "reset", "window", "watch")
 
@@ -37,13 +38,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "others run on) and the calls run after it is let go. The process must "
                     "have been started with a profiling jemalloc and MALLOC_CONF=prof:true "
                     "(prof_active:false keeps sampling off until 'start').",
-        usage="heapscope attach PID {status,dump,start,stop,reset,window,watch} [options]")
+        usage="heapscope attach PID ACTION [options]",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pid", type=int, metavar="PID", help="the process")
     acts = p.add_subparsers(dest="action", metavar="ACTION")
     acts.required = True
+    parsers: list[argparse.ArgumentParser] = []
 
     def action(name: str, text: str) -> argparse.ArgumentParser:
-        a = acts.add_parser(name, help=text, description=text)
+        a = acts.add_parser(name, help=text, description=text,
+                            prog=f"heapscope attach PID {name}")
+        parsers.append(a)
         a.add_argument("--timeout", type=float, default=60.0, metavar="S",
                        help="how long to wait for each call (default 60); one that has not "
                             "returned by then finishes by itself")
@@ -53,19 +58,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         return a
 
     def session_opts(a: argparse.ArgumentParser, dump_file: bool = False) -> None:
-        a.add_argument("-o", "--session", dest="output", metavar="DIR" if not dump_file
-                       else "PATH", help="session folder (existing attach sessions are "
-                       "extended; default a new heapscope-attach-<pid>-<time>)"
+        a.add_argument("-o", "--output", "--session", dest="output",
+                       metavar="DIR" if not dump_file else "PATH",
+                       help="session folder (existing attach sessions are extended; default "
+                            "a new heapscope-attach-<pid>-<time>)"
                        + ("; a path ending in .heap is the dump file itself" if dump_file
                           else ""))
 
     def report_opts(a: argparse.ArgumentParser) -> None:
-        a.add_argument("--format", choices=("text", "json"), default="text")
-        a.add_argument("--top", type=int, default=10, metavar="N", help="suspects to print")
+        a.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text for people (default), json for programs")
+        add_top_option(a, 10, "suspects")
         add_symbol_options(a)
 
     a = action("status", "jemalloc's version, profiling state, sample period and heap stats")
-    a.add_argument("--format", choices=("text", "json"), default="text")
+    a.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text for people (default), json for programs")
     a = action("dump", "make the process write a heap dump (prof.dump)")
     session_opts(a, dump_file=True)
     action("start", "activate sampling (prof.active=true)")
@@ -76,13 +84,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a = action("window", "jemalloc's steady-state recipe: reset the profile, sample for N s, "
                          "stop, settle M s, dump: what was allocated in the window and is "
                          "still live, ranked (a dump taken first keeps the history)")
-    a.add_argument("--seconds", type=float, required=True, metavar="N")
+    a.add_argument("--seconds", type=float, required=True, metavar="N",
+                   help="how long sampling runs after the reset")
     a.add_argument("--settle", type=float, default=None, metavar="M",
                    help="wait after sampling stops (default: as long as the window)")
     session_opts(a)
     report_opts(a)
     a = action("watch", "a dump every S seconds, then the leak report of the series")
-    a.add_argument("--every", type=float, required=True, metavar="S")
+    a.add_argument("--every", type=float, required=True, metavar="S",
+                   help="seconds between dumps (a slow dump does not shift the next)")
     a.add_argument("--count", type=int, default=6, metavar="K",
                    help="dumps to take (default 6; Ctrl-C stops early and reports)")
     a.add_argument("--serve", action="store_true",
@@ -95,7 +105,47 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "session until Ctrl-C or SIGTERM")
     session_opts(a)
     report_opts(a)
+    add_gate_options(a, "the series")
+    p.description = _wrapped(p.description or "") + "\n\nactions and their options " \
+        "(heapscope attach PID ACTION --help says what each does):\n" + \
+        "\n".join(_usage(a) for a in parsers)
     p.set_defaults(func=run)
+
+
+def _wrapped(text: str) -> str:
+    """A paragraph wrapped to the terminal's width, as argparse would."""
+    import shutil
+    import textwrap
+
+    return textwrap.fill(text, max(40, min(shutil.get_terminal_size().columns, 100) - 2))
+
+
+def _usage(a: argparse.ArgumentParser) -> str:
+    """One action's usage (its options), indented for the list in ``attach --help`` and
+    wrapped between options, never inside one."""
+    import shutil
+
+    width = max(40, min(shutil.get_terminal_size().columns, 100) - 2)
+    words = [w for w in _options(" ".join(a.format_usage().split()[1:])) if w != "[-h]"]
+    lines = ["  "]
+    for w in words:
+        if len(lines[-1]) + len(w) + 1 > width and lines[-1].strip():
+            lines.append("      ")
+        lines[-1] += ("" if lines[-1].isspace() else " ") + w
+    return "\n".join(lines)
+
+
+def _options(usage: str) -> list[str]:
+    """A usage text cut into its words, a bracketed option (nested brackets too) as one."""
+    words: list[str] = []
+    depth = 0
+    for part in usage.split(" "):
+        if depth and words:
+            words[-1] += " " + part
+        else:
+            words.append(part)
+        depth += part.count("[") - part.count("]")
+    return words
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,6 +294,7 @@ def _watch(ctl: at.Controller, args: argparse.Namespace) -> int:
     too little to rule a leak out is 'undecided', never 'clean'."""
     if args.every <= 0 or args.count < 2:
         raise UsageError("--every must be > 0 and --count at least 2")
+    args.limits = thresholds(args)  # a bad size fails before the first dump
     session = at.open_session(ctl, args.output, _facts(ctl))
     viewer = None
     if args.serve or args.stay:
@@ -288,7 +339,7 @@ def _series(ctl: at.Controller, args: argparse.Namespace, session: str) -> int:
             except AttachError as e:
                 if proc_state(ctl.pid) in (None, "Z", "X"):
                     asked -= 1
-                    ended = f"pid {ctl.pid} exited after {len(dumps)} dumps"
+                    ended = f"pid {ctl.pid} exited after {plural(len(dumps), 'dump')}"
                     if len(dumps) < 2:
                         raise
                     break
@@ -301,12 +352,12 @@ def _series(ctl: at.Controller, args: argparse.Namespace, session: str) -> int:
         lines.close()
         if len(dumps) < 2:
             raise
-        sys.stderr.write(f"heapscope: stopped after {len(dumps)} dumps\n")
+        sys.stderr.write(f"heapscope: stopped after {plural(len(dumps), 'dump')}\n")
     lines.close()
     if len(dumps) < 2:
         raise AttachError(f"pid {ctl.pid}: only {len(dumps)} of {asked} rounds brought a dump, "
                           f"no series to judge (last: {why})")
-    note = f"watch: {len(dumps)} dumps every {args.every:g} s" + (
+    note = f"watch: {plural(len(dumps), 'dump')} every {args.every:g} s" + (
         f", {missed} of {asked} rounds missed" if missed else "") + (
         f"; {ended}" if ended else "")
     return _report(ctl, args, session, at.session_dumps(session, ctl.pid), "watch", note,
@@ -330,4 +381,8 @@ def _report(ctl: at.Controller, args: argparse.Namespace, session: str, dumps: S
     else:
         render_leaks(sys.stdout, report, top=args.top)
         sys.stdout.write(f"\nsession: {clean(session)}\n")
+    limits = getattr(args, "limits", None)
+    if limits is not None:
+        sys.stdout.flush()  # the report comes before the gate's line
+        return gate(report, *limits)
     return 0

@@ -19,10 +19,12 @@ from heapscope.inputs import session_aliases as session_aliases
 from heapscope.inputs import session_facts as session_facts
 from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
+from heapscope.progress import DUMPS_READ
 from heapscope.symbols import Diagnostic, SymbolOptions
 from heapscope.symbols.hints import Missing, Owners, debug_hints
 from heapscope.symbols.options import default_cache_dir
 from heapscope.terminal import clean
+from heapscope.units import plural
 
 
 def add_symbol_options(p: argparse.ArgumentParser) -> None:
@@ -84,7 +86,7 @@ def find_dumps(args: argparse.Namespace, paths: list[str], *,
     for item in ignored[:5]:
         print(f"heapscope: left out {clean(item.path)}: {item.reason}", file=sys.stderr)
     if len(ignored) > 5:
-        print(f"heapscope: left out {len(ignored) - 5} more file(s) for the same reasons",
+        print(f"heapscope: left out {plural(len(ignored) - 5, 'more file')} for the same reasons",
               file=sys.stderr)
     return found
 
@@ -114,12 +116,26 @@ def frame_policy(args: argparse.Namespace) -> FramePolicy:
     return FramePolicy.from_env(args.frames, args.own, args.alloc_fn, args.not_alloc_fn)
 
 
+_SAMPLE_HELP = {
+    "inuse_space": "bytes still in use at the dump (default)",
+    "inuse_objects": "objects still in use at the dump",
+    "alloc_space": "bytes allocated since the start (needs MALLOC_CONF=prof_accum:true)",
+    "alloc_objects": "objects allocated since the start (needs prof_accum:true)",
+}
+_GRANULARITY_HELP = {
+    "functions": "a row per function (default)",
+    "lines": "a row per source line",
+    "files": "a row per source file",
+    "addresses": "a row per code address",
+}
+
+
 def add_sample_options(p: argparse.ArgumentParser) -> None:
     """The four sample types, jeprof's options in today's spelling."""
     g = p.add_mutually_exclusive_group()
     for name in SAMPLE_INDEX:
         g.add_argument("--" + name.replace("_", "-"), dest="sample", action="store_const",
-                       const=name)
+                       const=name, help=_SAMPLE_HELP[name])
     p.set_defaults(sample="inuse_space")
 
 
@@ -128,15 +144,59 @@ def add_view_options(p: argparse.ArgumentParser) -> None:
     add_sample_options(p)
     g = p.add_mutually_exclusive_group()
     for gran in GRANULARITIES:
-        g.add_argument("--" + gran, dest="granularity", action="store_const", const=gran)
+        g.add_argument("--" + gran, dest="granularity", action="store_const", const=gran,
+                       help=_GRANULARITY_HELP[gran])
     p.set_defaults(granularity="functions")
     p.add_argument("--cum", action="store_true", help="sort by cumulative value")
-    p.add_argument("-n", "--nodecount", type=int, default=20, metavar="N",
-                   help="show N rows (0 = all; default 20)")
-    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
-    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_top_option(p, 20, "rows")
+    add_focus_options(p)
     add_frame_filter_options(p)
     p.add_argument("--show-bytes", action="store_true", help="print bytes, not MiB")
+
+
+def add_top_option(p: argparse.ArgumentParser, default: int, what: str, *,
+                   zero: str = "all") -> None:
+    """``-n/--top N``: how many rows (sites, suspects, nodes) a command shows; the same name
+    in every command. jeprof's ``--nodecount`` is accepted as another name for it."""
+    p.add_argument("-n", "--top", "--nodecount", dest="top", type=_count, default=default,
+                   metavar="N", help=f"show {what}: the first N (0 = {zero}; default {default})")
+
+
+def _count(text: str) -> int:
+    """A row count: a whole number >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is negative: give 0 (no limit) or more")
+    return n
+
+
+def add_focus_options(p: argparse.ArgumentParser) -> None:
+    """``--focus`` and ``--ignore``: which stacks a command looks at, by their frames."""
+    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
+    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+
+
+def add_output_options(p: argparse.ArgumentParser, metavar: str, what: str, *,
+                       required: bool = True) -> None:
+    """``-o/--output`` and ``--force``: where a command writes, and leave to replace a file
+    that exists (refused otherwise: see :func:`heapscope.files.check_new_output`)."""
+    p.add_argument("-o", "--output", required=required, metavar=metavar, help=what)
+    p.add_argument("--force", action="store_true",
+                   help="replace the output if it exists (refused otherwise)")
+
+
+def wrote(path: str, size: int, detail: str = "") -> None:
+    """The one line a command prints after writing a file (``-o``), on stderr:
+    ``heapscope: wrote PATH (SIZE, DETAIL)``; nothing for ``-`` (standard output)."""
+    if path == "-":
+        return
+    from heapscope.units import human_bytes
+
+    more = f", {detail}" if detail else ""
+    print(f"heapscope: wrote {clean(path)} ({human_bytes(size)}{more})", file=sys.stderr)
 
 
 def add_frame_filter_options(p: argparse.ArgumentParser) -> None:
@@ -150,7 +210,7 @@ def add_frame_filter_options(p: argparse.ArgumentParser) -> None:
 
 def view_from_args(args: argparse.Namespace) -> View:
     """The View described by parsed arguments."""
-    return View(args.sample, args.granularity, args.cum, args.nodecount, args.focus,
+    return View(args.sample, args.granularity, args.cum, args.top, args.focus,
                 args.ignore, args.show_bytes, args.hide, args.show)
 
 
@@ -246,7 +306,11 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     wrappers = Wrappers()
     failed: list[InputError] = []
     diagnostics: list[Diagnostic] = []
-    for path in paths:
+    # Read one by one: the display counts the dumps beside the steps inside each one.
+    counted = progress if len(paths) > 1 else None
+    for k, path in enumerate(paths):
+        if counted is not None:
+            counted(DUMPS_READ, k, len(paths))
         try:
             prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
                            frames=policy, reuse=reuse)
@@ -273,6 +337,8 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
         if thread:
             profile = select_threads(profile, thread)
         out.append(profile)
+    if counted is not None:
+        counted(DUMPS_READ, len(paths), len(paths))
     if failed and not out:
         raise failed[0]
     # Debug-info hints once for all the dumps (one package query); not beside JSON output.

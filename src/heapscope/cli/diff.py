@@ -1,7 +1,9 @@
 """``heapscope diff BASE NEW``: growth per site between two dumps, sessions or folders.
 
 Sites are matched by name after symbolization, so the two sides may come from different
-processes, restarts or machines. The same as ``heapscope top NEW --base BASE``.
+processes, restarts or machines. The same as ``heapscope top NEW --base BASE``. The text
+names both sides with their totals and the change, then signs every row's change; a growing
+row's share is of all growth, a shrinking row's of all shrinkage (a footer says so).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("base", metavar="BASE", help="the earlier dump, session or folder")
     p.add_argument("new", metavar="NEW", help="the later dump, session or folder")
     add_view_options(p)
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text for people (default), json for programs")
     add_frame_options(p)
     add_symbol_options(p)
     add_input_options(p)

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 
 from heapscope.analysis.top import SAMPLE_INDEX, View, filtered
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
+    add_focus_options,
     add_input_options,
+    add_output_options,
     add_sample_options,
     add_symbol_options,
     find_dumps,
     load_profiles,
     session_aliases,
+    wrote,
 )
-from heapscope.errors import InputError, UsageError
-from heapscope.files import replace_atomically
+from heapscope.errors import UsageError
+from heapscope.files import check_output, write_output
 from heapscope.model import Profile
 from heapscope.progress import DelayedProgress
 from heapscope.render.callgrind import render_callgrind
@@ -49,12 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="jemalloc heap dump (.heap, .heap.gz), a folder of dumps or a session")
     p.add_argument("--format", default="pprof", metavar="FORMAT",
                    help=f"one of {', '.join(FORMATS)} (default pprof)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="output file ('-' = stdout)")
-    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    add_output_options(p, "FILE", "output file ('-' = stdout)")
     add_sample_options(p)
-    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
-    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_focus_options(p)
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
     p.add_argument("--thread-labels", action="store_true",
                    help="pprof: one sample per stack and thread, labelled thread_id/thread")
@@ -66,38 +65,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _check_output(path: str, fmt: str, force: bool) -> None:
     """Fail before any work when the output cannot or must not be written."""
-    if path == "-":
-        if fmt not in TEXT_FORMATS and sys.stdout.isatty():
-            raise UsageError(f"--format {fmt} is binary: write it to a file, not a terminal")
-        return
-    if os.path.isdir(path):
-        raise InputError(path, "is a directory")
-    if os.path.lexists(path) and not force:
-        raise InputError(path, "already exists (use --force to overwrite it)")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise InputError(path, f"cannot write: no such directory {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(path, f"cannot write: permission denied in {folder}")
+    if path == "-" and fmt not in TEXT_FORMATS and sys.stdout.isatty():
+        raise UsageError(f"--format {fmt} is binary: write it to a file, not a terminal")
+    check_output(path, force)
 
 
 def _write(path: str, data: bytes, force: bool) -> None:
-    """Write ``data`` to ``path``: a new file, or (``force``) replace it atomically."""
+    """Write ``data`` to ``path`` (``-``: standard output) by the overwrite rule."""
     if path == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    try:
-        if not force:
-            with open(path, "xb") as fh:
-                fh.write(data)
-            return
-        replace_atomically(path, data)
-    except FileExistsError:
-        raise InputError(path, "already exists (use --force to overwrite it)") from None
-    except OSError as e:
-        raise InputError(path, f"cannot write: {e.strerror or e}") from None
+    write_output(path, data, force)
 
 
 def _load(args: argparse.Namespace) -> list[Profile]:
@@ -152,4 +132,6 @@ def run(args: argparse.Namespace) -> int:
         print("heapscope: note: no allocation totals in this dump; they are recorded only with "
               "MALLOC_CONF=prof_accum:true", file=sys.stderr)
     _write(args.output, data, args.force)
+    wrote(args.output, len(data), f"{fmt}, {len(profiles)} "
+          f"{'dump' if len(profiles) == 1 else 'dumps'}")
     return 0

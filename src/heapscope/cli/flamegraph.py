@@ -9,23 +9,25 @@ from heapscope.analysis.top import View, filtered
 from heapscope.analysis.tree import build_tree
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
+    add_focus_options,
     add_frame_filter_options,
     add_frame_options,
     add_input_options,
+    add_output_options,
     add_sample_options,
     add_symbol_options,
     find_dumps,
     frame_policy,
     load_profiles,
     per_process,
-    processes_title,
     session_aliases,
+    wrote,
 )
 from heapscope.errors import UsageError
+from heapscope.files import check_output
 from heapscope.progress import DelayedProgress
 from heapscope.render.flamegraph import default_title, write_flamegraph
-from heapscope.terminal import clean
-from heapscope.units import human_bytes
+from heapscope.units import plural
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,16 +40,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "added up.")
     p.add_argument("dumps", nargs="+", metavar="DUMP",
                    help="jemalloc heap dump (.heap, .heap.gz), a folder of dumps or a session")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.html",
-                   help="the HTML file to write")
+    add_output_options(p, "FILE.html", "the HTML file to write")
     p.add_argument("--base", metavar="DUMP",
                    help="show the change from this base dump (new - base; growth red)")
     add_sample_options(p)
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
-    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
-    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_focus_options(p)
     add_frame_filter_options(p)
-    p.add_argument("--title", help="title shown on the page (default: the dump's name)")
+    p.add_argument("--title",
+                   help="title shown on the page (default: the program, process and dump time)")
     add_frame_options(p)
     add_symbol_options(p)
     add_input_options(p)
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``heapscope flamegraph``."""
     if not args.output.lower().endswith((".html", ".htm")):
         raise UsageError("-o must name an .html file")
+    check_output(args.output, args.force)
     paths = find_dumps(args, args.dumps, latest=True)
     base_paths = find_dumps(args, [args.base], latest=True) if args.base else []
     with DelayedProgress() as bar:
@@ -79,13 +81,11 @@ def run(args: argparse.Namespace) -> int:
         bar.update(f"writing {args.output}", 0, 0)
         size = write_flamegraph(
             args.output, tree,
-            title=args.title or (processes_title(labels) if labels and not args.base
-                                 else default_title(paths, base_paths)),
-            sources=paths, sample=args.sample, base_sources=base_paths)
+            title=args.title or default_title(paths, base_paths, labels),
+            sources=paths, sample=args.sample, base_sources=base_paths, force=args.force)
     if all(p.total(2) == 0 and p.total(3) == 0 for p in profiles) and \
             args.sample.startswith("alloc"):
         print("heapscope: note: no allocation totals in this dump; they are recorded only with "
               "MALLOC_CONF=prof_accum:true", file=sys.stderr)
-    print(f"heapscope: wrote {clean(args.output)} ({human_bytes(size)}, {len(tree)} frames)",
-          file=sys.stderr)
+    wrote(args.output, size, plural(len(tree), "frame"))
     return 0

@@ -3,33 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.graph import Graph, GraphOptions, build_graph
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
+    add_focus_options,
     add_frame_filter_options,
     add_frame_options,
     add_input_options,
+    add_output_options,
     add_sample_options,
     add_symbol_options,
+    add_top_option,
     find_dumps,
     frame_policy,
     load_profiles,
     per_process,
     session_aliases,
+    wrote,
 )
 from heapscope.errors import UsageError
+from heapscope.files import check_output
 from heapscope.progress import DelayedProgress
 from heapscope.render.callgraph import (
     FORMATS,
-    check_output,
     find_dot,
     format_value,
     output_format,
     write_graph,
 )
+from heapscope.units import plural
 
 
 def _fraction(text: str) -> float:
@@ -42,15 +48,6 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more: {text}")
-    return v
-
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``graph`` subcommand."""
@@ -61,11 +58,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "edges weighted by the value allocated through each call.")
     p.add_argument("dumps", nargs="+", metavar="DUMP",
                    help="jemalloc heap dump (.heap, .heap.gz) or a folder of dumps")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="output file; its extension picks the format "
-                        "(.svg, .png, .pdf, .gif, .dot); '-' writes DOT to stdout")
+    add_output_options(p, "FILE", "output file; its extension picks the format (.svg, .png, "
+                                  ".pdf, .gif, .dot); '-' writes DOT to stdout")
     p.add_argument("--format", choices=FORMATS, help="output format, whatever the extension")
-    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     add_sample_options(p)
     g = p.add_mutually_exclusive_group()
     for gran in GRANULARITIES:
@@ -73,14 +68,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help=f"a node per {gran[:-1] if gran != 'addresses' else 'address'}"
                             + (" (default)" if gran == "functions" else ""))
     p.set_defaults(granularity="functions")
-    p.add_argument("--nodecount", type=_count, default=80, metavar="N",
-                   help="draw at most N nodes, the largest by |cum| (0 = no limit; default 80)")
+    add_top_option(p, 80, "nodes, the largest by |cum|", zero="no limit")
     p.add_argument("--nodefraction", type=_fraction, default=0.005, metavar="F",
                    help="drop nodes with |cum| <= F of the total (default 0.005)")
     p.add_argument("--edgefraction", type=_fraction, default=0.001, metavar="F",
                    help="drop edges with |value| <= F of the total (default 0.001)")
-    p.add_argument("--focus", metavar="RE", help="keep only stacks with a frame matching RE")
-    p.add_argument("--ignore", metavar="RE", help="drop stacks with a frame matching RE")
+    add_focus_options(p)
     add_frame_filter_options(p)
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
     p.add_argument("--base", metavar="DUMP",
@@ -99,7 +92,7 @@ def _notes(graph: Graph, sample: str) -> None:
         # jeprof says this on stderr too ("Dropping nodes with <= …").
         print(f"heapscope: dropped {graph.dropped_nodes} of {graph.all_nodes} nodes "
               f"(|cum| <= {format_value(graph.node_cutoff, graph.unit)} or beyond "
-              f"--nodecount) and {graph.dropped_edges} of {graph.all_edges} edges",
+              f"-n/--top) and {graph.dropped_edges} of {graph.all_edges} edges",
               file=sys.stderr)
 
 
@@ -110,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if fmt != "dot":
         find_dot()
     check_output(args.output, args.force)
-    options = GraphOptions(args.sample, args.granularity, args.nodecount, args.nodefraction,
+    options = GraphOptions(args.sample, args.granularity, args.top, args.nodefraction,
                            args.edgefraction, args.focus, args.ignore, args.hide, args.show)
     paths = find_dumps(args, args.dumps, latest=True)
     if not paths:
@@ -129,4 +122,7 @@ def run(args: argparse.Namespace) -> int:
                         frames=policy if policy.mode == "site" else None)
     write_graph(graph, args.output, fmt, force=args.force)
     _notes(graph, args.sample)
+    if args.output != "-":
+        wrote(args.output, os.path.getsize(args.output),
+              f"{plural(len(graph.nodes), 'node')}, {plural(len(graph.edges), 'edge')}")
     return 0

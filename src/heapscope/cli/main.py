@@ -73,9 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "heapscope.files" in sys.modules:
             from heapscope.files import IGNORED
             from heapscope.terminal import clean
+            from heapscope.units import plural
 
             if IGNORED:
-                print(f"heapscope: note: ignored {len(IGNORED)} cache file(s) another user "
+                print(f"heapscope: note: ignored {plural(len(IGNORED), 'cache file')} another user "
                       f"could have written ({clean(IGNORED[0])})", file=sys.stderr)
                 IGNORED.clear()
 

@@ -12,6 +12,7 @@ from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
     add_symbol_options,
+    add_top_option,
     frame_policy,
     print_diagnostics,
     symbol_options,
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_gate_options(p, "total")
     p.add_argument("--no-symbolize", action="store_true",
                    help="do not symbolize now (the session then needs the binaries later)")
-    p.add_argument("--top", type=int, default=5, metavar="N", help="suspects to print")
+    add_top_option(p, 5, "suspects")
     p.add_argument("--html", action="store_true",
                    help="also write flamegraph.html and timeline.html into the session")
     p.add_argument("--serve", action="store_true",
@@ -79,7 +80,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "SIGTERM; the exit status is still the program's")
     add_frame_options(p)
     add_symbol_options(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD",
+                   help="the program to run and its arguments, after --")
     p.set_defaults(func=run)
 
 
@@ -168,8 +170,7 @@ def _report(args: argparse.Namespace, res: SessionResult, leak_limit: int | None
         print(f"heapscope: {clean(res.leaks.wrappers.describe())}", file=sys.stderr)
     render_report(sys.stderr, res, top=args.top)
     if args.html and res.leaks.processes:
-        for path in write_html(res.path, res.path):
-            sys.stderr.write(f"wrote {clean(path)}\n")
+        write_html(res.path, res.path)  # each picture's command says what it wrote
     status = res.result.exit_status
     if status == 0:
         return gate(res.leaks, leak_limit, live_limit)

@@ -17,7 +17,7 @@ from typing import TextIO
 
 from heapscope.analysis.aggregate import GRANULARITIES
 from heapscope.analysis.fold import FramePolicy
-from heapscope.analysis.top import SAMPLE_INDEX, View, build_table
+from heapscope.analysis.top import SAMPLE_INDEX, View, build_diff, build_table
 from heapscope.cli.beside import SideViewer, ViewerInputs
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
@@ -35,7 +35,7 @@ from heapscope.cli.common import (
 )
 from heapscope.errors import HeapscopeError, UsageError
 from heapscope.model import Profile
-from heapscope.render.text import render_table
+from heapscope.render.text import render_diff, render_table
 from heapscope.symbols import SymbolOptions
 from heapscope.terminal import clean
 
@@ -45,6 +45,8 @@ Commands:
       options: --cum --lines --functions --files --addresses --show-bytes
                --inuse-space --inuse-objects --alloc-space --alloc-objects
       RE focuses on stacks through a frame matching RE; -RE ignores them
+  list RE                 the source lines of each function matching RE, with the memory
+                          allocated at each line (flat) and through it (cum)
   focus RE | focus        set (or clear) a focus for the following commands
   ignore RE | ignore      set (or clear) an ignore pattern
   inuse_space | inuse_objects | alloc_space | alloc_objects   switch sample type
@@ -60,11 +62,13 @@ _TOP = re.compile(r"^(?:top|text)(\d*)$")
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``shell`` subcommand (same options as ``top``, always interactive)."""
     p = sub.add_parser("shell", help=summary("shell"))
-    p.add_argument("dumps", nargs="+", metavar="DUMP")
+    p.add_argument("dumps", nargs="+", metavar="DUMP",
+                   help="jemalloc heap dump (.heap, .heap.gz), a folder of dumps or a session")
     add_view_options(p)
-    p.add_argument("--thread", metavar="ID|NAME")
-    p.add_argument("--base", metavar="DUMP")
-    p.add_argument("--merge", action="store_true")
+    p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
+    p.add_argument("--base", metavar="DUMP",
+                   help="show the change from this base dump (new - base)")
+    p.add_argument("--merge", action="store_true", help="work on the sum of several dumps")
     add_frame_options(p)
     add_symbol_options(p)
     add_input_options(p)
@@ -82,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         profiles = load_profiles(paths, args, bar.update, aliases=session_aliases(args.dumps))
         base = (load_profiles(find_dumps(args, [args.base], latest=True), args, bar.update)
                 if args.base else None)
-    Shell(profiles, view_from_args(args), base, web=web_inputs(args)).loop()
+    Shell(profiles, view_from_args(args), base, web=web_inputs(args),
+          sysroot=args.sysroot).loop()
     return 0
 
 
@@ -100,8 +105,9 @@ class Shell:
     def __init__(self, profiles: list[Profile], view: View,
                  base: list[Profile] | None = None,
                  stdin: TextIO | None = None, stdout: TextIO | None = None,
-                 web: ViewerInputs | None = None) -> None:
+                 web: ViewerInputs | None = None, sysroot: str | None = None) -> None:
         self.profiles = profiles
+        self.sysroot = sysroot  # where ``list`` also looks for source files
         self.base = base
         self.view = view._replace(nodecount=10)
         self.stdin = stdin or sys.stdin
@@ -168,6 +174,12 @@ class Shell:
                 self.view = self.view._replace(ignore=pattern)
             self.stdout.write(f"{cmd}: {clean(pattern or '(none)')}\n")
             return True
+        if cmd in ("list", "l"):
+            try:
+                self._list(rest)
+            except HeapscopeError as e:
+                self.stdout.write(f"error: {clean(str(e))}\n")
+            return True
         m = _TOP.match(cmd)
         if m:
             try:
@@ -200,6 +212,32 @@ class Shell:
         self.viewer = SideViewer(self.web, err=self.stdout)
         self.viewer.start()
 
+    def _list(self, words: list[str]) -> None:
+        """``list RE``: the lines of the functions matching RE, with their values."""
+        from heapscope.analysis.filter import compile_re
+        from heapscope.render.listing import render_listing, routines
+        from heapscope.serve.source import read_source
+
+        if not words:
+            self.stdout.write("usage: list RE (a regular expression for function names)\n")
+            return
+        rx = compile_re(" ".join(words), "list")
+        view = self.view._replace(granularity="lines", nodecount=0)
+        table, _ = build_table(self.profiles, view, self.base)
+        functions, _ = build_table(self.profiles, view._replace(granularity="functions"),
+                                   self.base)
+        found = routines(table, functions, lambda name: rx.search(name) is not None)
+        if not found:
+            self.stdout.write(f"no function matching {clean(rx.pattern)!r} holds memory in "
+                              "this view\n")
+            return
+        for k, routine in enumerate(found):
+            src = read_source(routine.file, (), self.sysroot)
+            if k:
+                self.stdout.write("\n")
+            render_listing(self.stdout, routine, src[1] if src else None, table,
+                           show_bytes=view.show_bytes, path=src[0] if src else "")
+
     def _top(self, n: int | None, words: list[str]) -> None:
         view = self.view
         if n is not None:
@@ -226,6 +264,10 @@ class Shell:
             view = view._replace(focus="|".join(f"(?:{f})" for f in focus))
         if ignore:
             view = view._replace(ignore="|".join(f"(?:{i})" for i in ignore))
-        table, rows = build_table(self.profiles, view, self.base)
+        if self.base:
+            render_diff(self.stdout, build_diff(self.profiles, view, self.base), self.base,
+                        self.profiles, granularity=view.granularity, show_bytes=view.show_bytes)
+            return
+        table, rows = build_table(self.profiles, view)
         render_table(self.stdout, table, rows, granularity=view.granularity,
-                     show_bytes=view.show_bytes, diff=bool(self.base))
+                     show_bytes=view.show_bytes)

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from heapscope.analysis.aggregate import Table
-from heapscope.analysis.top import View, build_table
+from heapscope.analysis.top import View, build_diff, build_table
 from heapscope.cli.commands import summary
 from heapscope.cli.common import (
     add_frame_options,
@@ -22,7 +22,7 @@ from heapscope.cli.common import (
 from heapscope.errors import UsageError
 from heapscope.progress import DelayedProgress
 from heapscope.render.json import render_json, table_dict
-from heapscope.render.text import render_table
+from heapscope.render.text import render_diff, render_table
 from heapscope.terminal import clean
 
 
@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--thread", metavar="ID|NAME", help="only what this thread allocated")
     p.add_argument("--base", metavar="DUMP", help="show the difference from this base dump")
     p.add_argument("--merge", action="store_true", help="add several dumps into one report")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text for people (default), json for programs")
     p.add_argument("-i", "--interactive", action="store_true",
                    help="open an interactive shell (top, topN, --cum, focus, …)")
     add_frame_options(p)
@@ -70,10 +71,18 @@ def run(args: argparse.Namespace) -> int:
     groups = [profiles] if args.merge or len(profiles) == 1 else [[p] for p in profiles]
     reports: list[dict[str, Any]] = []
     for k, group in enumerate(groups):
-        table, rows = build_table(group, view, base_profiles)
+        diff = build_diff(group, view, base_profiles) if base_profiles else None
+        table, rows = (diff.table, diff.rows) if diff else build_table(group, view)
         if args.format == "json":
             d = table_dict(table, rows)
             d["sources"] = [p.source for p in group]
+            if diff and base_profiles:
+                # Both sides' totals, and what the text's shares are parts of.
+                d["base_sources"] = [p.source for p in base_profiles]
+                d["base_total"] = diff.base_total
+                d["new_total"] = diff.new_total
+                d["growth"] = diff.growth
+                d["shrinkage"] = diff.shrinkage
             d["wrappers"] = args.wrappers.as_list()
             reports.append(d)
             continue
@@ -85,8 +94,12 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"==> {clean(p.source)}{pid} <==\n")
         _warn_empty(table, view)
         title = f"t{args.thread}" if args.thread else ""
-        render_table(sys.stdout, table, rows, granularity=view.granularity,
-                     show_bytes=view.show_bytes, title=title, diff=bool(base_profiles))
+        if diff and base_profiles:
+            render_diff(sys.stdout, diff, base_profiles, group, granularity=view.granularity,
+                        show_bytes=view.show_bytes, title=title)
+        else:
+            render_table(sys.stdout, table, rows, granularity=view.granularity,
+                         show_bytes=view.show_bytes, title=title)
     if args.format == "json":
         render_json(sys.stdout, reports[0] if len(reports) == 1 else {"reports": reports})
     return 0

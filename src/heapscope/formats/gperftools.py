@@ -22,6 +22,7 @@ from types import MappingProxyType
 from heapscope.errors import InputError
 from heapscope.formats.maps import parse_maps
 from heapscope.model import Frame, Location, Profile, Sample
+from heapscope.units import shorten
 
 _HEADER = re.compile(
     r"^heap profile:\s*(\d{1,19}):\s+(\d{1,19})\s+\[\s*(\d{1,19}):\s+(\d{1,19})\s*\]"
@@ -79,7 +80,7 @@ def parse_legacy(path: str, lines: list[str]) -> Profile:
             continue
         e = _ENTRY.match(line)
         if e is None:
-            raise InputError(path, f"line {i + 1}: unexpected line {line.strip()[:60]!r}")
+            raise InputError(path, f"line {i + 1}: unexpected line {shorten(line.strip(), 60)!r}")
         stack = []
         for tok in e.group(5).split():
             a = cache.get(tok)
@@ -87,7 +88,8 @@ def parse_legacy(path: str, lines: list[str]) -> Profile:
                 try:
                     a = int(tok, 16)
                 except ValueError:
-                    raise InputError(path, f"line {i + 1}: bad address {tok[:30]!r}") from None
+                    raise InputError(path, f"line {i + 1}: bad address "
+                                           f"{shorten(tok, 30)!r}") from None
                 cache[tok] = a
             stack.append(a)
         values = tuple(float(e.group(k)) for k in (1, 2, 3, 4))

@@ -16,6 +16,7 @@ from heapscope.errors import InputError
 from heapscope.formats.maps import parse_maps
 from heapscope.model import Profile, Sample, Thread, ThreadValues
 from heapscope.native import core
+from heapscope.units import shorten
 
 # Numbers have at most 19 digits (they are 64-bit counters): longer ones are damage, and
 # would make Python's int() refuse (4,300 digits) or turn into inf.
@@ -50,7 +51,8 @@ def _counts(path: str, lineno: int, line: str) -> tuple[str, tuple[float, ...], 
     if m is None:
         if _LONG_NUMBER.search(line.split("]", 1)[0]):
             raise InputError(path, f"line {lineno}: number too large (over 19 digits)")
-        raise InputError(path, f"line {lineno}: malformed count line: {line.strip()[:60]!r}")
+        raise InputError(path, f"line {lineno}: malformed count line: "
+                               f"{shorten(line.strip(), 60)!r}")
     values = (float(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
     return m.group(1), values, (m.group(6) or "").rstrip("\r\n")
 
@@ -69,7 +71,8 @@ def _stack(path: str, lineno: int, line: str, cache: _HexCache) -> tuple[int, ..
         return tuple(map(cache.__getitem__, line[1:].split()))
     except ValueError:
         bad = next(t for t in line[1:].split() if not _is_hex(t))
-        raise InputError(path, f"line {lineno}: bad address {bad[:30]!r} in stack") from None
+        raise InputError(path, f"line {lineno}: bad address {shorten(bad, 30)!r} "
+                               "in stack") from None
 
 
 def _is_hex(tok: str) -> bool:
@@ -262,7 +265,7 @@ def parse_heap_v2(path: str, lines: list[str], *, threads: bool = False,
         elif _stray(line):
             continue
         else:
-            raise InputError(path, f"line {i}: unexpected line {line.strip()[:60]!r}")
+            raise InputError(path, f"line {i}: unexpected line {shorten(line.strip(), 60)!r}")
     flush()
     # No MAPPED_LIBRARIES section after complete records: jeprof reads such files (some
     # projects keep dumps without maps as test fixtures); their addresses cannot be named,

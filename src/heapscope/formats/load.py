@@ -17,6 +17,7 @@ from heapscope.files import NotRegularFile, open_regular
 from heapscope.formats.gperftools import parse_legacy
 from heapscope.formats.jemalloc import ParseCache, parse_heap_v2_text
 from heapscope.model import Profile
+from heapscope.units import shorten
 
 _NAME = re.compile(r"\.(\d+)\.(\d+)\.(f|[imu]\d+)\.heap(?:\.json)?(?:\.gz)?$")
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -288,7 +289,7 @@ def _parse(path: str, text: str, *, threads: bool, cache: ParseCache | None) -> 
     elif first.startswith("--- symbol") or first.startswith("%"):
         raise InputError(path, "symbolized/remote pprof text profiles are not supported yet")
     else:
-        shown = first.strip()[:40]
+        shown = shorten(first.strip(), 40)
         raise InputError(path, f"not a jemalloc heap profile (first line {shown!r})")
     name = parse_dump_name(path)
     try:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +33,13 @@ _HEADER = re.compile(r"heap_v2/(\d{1,19})[ \t]*\n")
 _RECORD = re.compile(
     r"^@[ \t]*([^\n]*)\n(?:[ \t]*t\*:[ \t]*(\d{1,19}):[ \t]*(\d{1,19})[ \t]*\[)?", re.M)
 
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
+
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+#: Called with how many dumps of a series are read so far: 1, 2, … up to all of them.
+Done = Callable[[int], None]
 
 
 class ScanMemory(Protocol):
@@ -165,37 +171,57 @@ class Scanner:
             mappings = self._maps[maps_text] = parse_maps(maps_text.splitlines())
         return mappings
 
-    def read_all(self, paths: list[str], jobs: int = 1) -> list[DumpCounts | InputError]:
+    def read_all(self, paths: list[str], jobs: int = 1,
+                 done: Done | None = None) -> list[DumpCounts | InputError]:
         """Every dump's counts (or its error), in order; with ``jobs`` > 1 the dumps not
-        remembered are scanned by that many worker processes, each over its own share."""
+        remembered are scanned by that many worker processes, each over its own share.
+        ``done`` hears each dump read (remembered, scanned or refused): 1, 2, … len(paths),
+        each once and in order, whichever process read it."""
         out: list[DumpCounts | InputError | None] = [None] * len(paths)
+        tally = _Tally(done, len(paths))
         todo = []
         for i, path in enumerate(paths):
             known = self.memory.get(path) if self.memory is not None else None
             if known is not None:
                 out[i] = known
+                tally.to(tally.shown + 1)
             else:
                 todo.append(i)
         if jobs > 1 and len(todo) >= PARALLEL_MIN:
-            self._parallel(paths, todo, out, jobs)
+            self._parallel(paths, todo, out, jobs, tally)
+        # Dumps the workers left to this process (unusual text) are read here, one by one.
+        read = sum(r is not None for r in out)
         for i in todo:
             if out[i] is None:
                 try:
                     out[i] = self.read(paths[i])[0]
                 except InputError as e:
                     out[i] = e
+                read += 1
+                tally.to(read)
         return [r for r in out if r is not None]
 
     def _parallel(self, paths: list[str], todo: list[int],
-                  out: list[DumpCounts | InputError | None], jobs: int) -> None:
+                  out: list[DumpCounts | InputError | None], jobs: int,
+                  tally: _Tally) -> None:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         share = -(-len(todo) // jobs)
         chunks = [todo[k:k + share] for k in range(0, len(todo), share)]
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=len(chunks), mp_context=ctx) as pool:
-            results = list(pool.map(_scan_chunk, [[paths[i] for i in c] for c in chunks]))
+        # The workers count the dumps they have scanned into one shared number, so a long
+        # share shows its progress while it runs, not only when the whole share returns.
+        counter = ctx.Value("q", 0) if tally.wanted else None
+        before = tally.shown
+        with ProcessPoolExecutor(max_workers=len(chunks), mp_context=ctx,
+                                 initializer=_count_into, initargs=(counter,)) as pool:
+            futures = [pool.submit(_scan_chunk, [paths[i] for i in c]) for c in chunks]
+            pending = set(futures)
+            while counter is not None and pending:
+                _, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                tally.to(before + counter.value)
+            results = [f.result() for f in futures]
         for chunk, (texts, rows) in zip(chunks, results, strict=True):
             try:
                 to_global = np.asarray([self.table.id_of_text(t) for t in texts],
@@ -214,6 +240,35 @@ class Scanner:
                 out[i] = d
 
 
+class _Tally:
+    """Tells ``done`` each count of dumps read, once and in order, as the count rises.
+
+    Counts may arrive in jumps (the workers' shared number, read every ``POLL_S``) and may
+    fall back (a worker's share refused after it was counted is read again here): each
+    number between the last told and the new one is told, and a lower one is not."""
+
+    def __init__(self, done: Done | None, total: int) -> None:
+        self.done = done
+        self.total = total
+        self.shown = 0
+
+    @property
+    def wanted(self) -> bool:
+        """True when someone listens."""
+        return self.done is not None
+
+    def to(self, count: int) -> None:
+        """The count of dumps read is now ``count``."""
+        count = min(count, self.total)
+        if self.done is None:
+            self.shown = max(self.shown, count)
+            return
+        while self.shown < count:
+            self.shown += 1
+            self.done(self.shown)
+
+
+POLL_S = 0.2  # seconds between two looks at the workers' count (a result ends a wait early)
 PARALLEL_MIN = 16  # dumps to scan before it pays to start worker processes
 
 Extracted = tuple[tuple[str, ...], Floats, Floats, int, str]
@@ -252,9 +307,19 @@ def _name_and_time(path: str) -> tuple[str, float | None]:
 ChunkRow = tuple[Ints, Floats, Floats, int, str] | None
 
 
+_scanned: Synchronized[int] | None = None  # in a worker: where it counts the dumps it read
+
+
+def _count_into(counter: Synchronized[int] | None) -> None:
+    """A worker's start: remember the shared count of scanned dumps (None: not counted)."""
+    global _scanned
+    _scanned = counter
+
+
 def _scan_chunk(paths: list[str]) -> tuple[list[str], list[ChunkRow]]:
     """A worker's share: each dump's records as ids into this worker's own list of stack
-    texts (the parent maps them to its table), or None to leave the dump to the parent."""
+    texts (the parent maps them to its table), or None to leave the dump to the parent
+    (which then counts it when it reads it). Each dump scanned is counted in ``_scanned``."""
     ids: dict[str, int] = {}
     texts: list[str] = []
     rows: list[ChunkRow] = []
@@ -275,6 +340,9 @@ def _scan_chunk(paths: list[str]) -> tuple[list[str], list[ChunkRow]]:
                 texts.append(t)
             local.append(k)
         rows.append((np.asarray(local, dtype=np.int64), counts, nbytes, period, maps_text))
+        if _scanned is not None:
+            with _scanned.get_lock():
+                _scanned.value += 1
     return texts, rows
 
 

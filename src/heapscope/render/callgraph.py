@@ -22,9 +22,11 @@ from collections.abc import Iterable
 from heapscope.analysis.aggregate import Key
 from heapscope.analysis.graph import Edge, Graph, Node
 from heapscope.errors import ToolError, UsageError
-from heapscope.files import create_atomically, replace_atomically
+from heapscope.files import check_output, write_output
+from heapscope.inputs import dump_name, picture_title
 from heapscope.terminal import clean
-from heapscope.units import human_bytes, percent
+from heapscope.units import human_bytes, percent, plural
+from heapscope.units import shorten as cut
 
 FORMATS = ("svg", "png", "pdf", "gif", "dot")
 MAX_LABEL = 60  # characters of a name shown in a node; the tooltip has the full name
@@ -65,11 +67,7 @@ def escape_tooltip(text: str) -> str:
 
 def shorten(name: str, limit: int = MAX_LABEL) -> str:
     """``name`` cut in the middle to ``limit`` characters (an ellipsis marks the cut)."""
-    if len(name) <= limit:
-        return name
-    head = (limit - 1) // 2
-    tail = limit - 1 - head
-    return name[:head] + "…" + name[len(name) - tail:]
+    return cut(name, limit, keep="middle")
 
 
 def format_value(v: float, unit: str, signed: bool = False) -> str:
@@ -95,12 +93,11 @@ def _colors(value: float, diff: bool) -> tuple[str, str, str]:
 
 def _title_lines(g: Graph) -> list[str]:
     lines = []
-    srcs = [os.path.basename(s) or s for s in g.sources]
-    if len(srcs) > 3:
-        srcs = [*srcs[:2], f"… {len(srcs) - 2} more"]
-    lines.append("heapscope: " + (", ".join(srcs) or "(no dump)"))
+    # By program, process and time where a session says them (heapscope graph and the
+    # viewer's graph read the same); a session's symbolized copy by its dump's own name.
+    lines.append("heapscope: " + (picture_title(g.sources) if g.sources else "(no dump)"))
     if g.diff:
-        bases = [os.path.basename(s) or s for s in g.base_sources]
+        bases = [dump_name(s) or s for s in g.base_sources]
         if len(bases) > 3:
             bases = [*bases[:2], f"… {len(bases) - 2} more"]
         lines.append("minus base: " + ", ".join(bases))
@@ -117,14 +114,16 @@ def _title_lines(g: Graph) -> list[str]:
         lines.append(f"Hiding frames: {g.hide}")
     if g.show:
         lines.append(f"Showing only frames: {g.show}")
-    shown = f"Showing {len(g.nodes)} of {g.all_nodes} nodes, {len(g.edges)} of {g.all_edges} edges"
+    shown = (f"Showing {len(g.nodes)} of {plural(g.all_nodes, 'node')}, {len(g.edges)} of "
+             f"{plural(g.all_edges, 'edge')}")
     lines.append(shown)
     if g.dropped_nodes:
-        lines.append(f"Dropped {g.dropped_nodes} nodes (|cum| <= "
+        lines.append(f"Dropped {plural(g.dropped_nodes, 'node')} (|cum| <= "
                      f"{format_value(g.node_cutoff, g.unit)} or beyond the top "
                      f"{len(g.nodes)})")
     if g.dropped_edges:
-        lines.append(f"Dropped {g.dropped_edges} edges (<= {format_value(g.edge_cutoff, g.unit)}"
+        lines.append(f"Dropped {plural(g.dropped_edges, 'edge')} (<= "
+                     f"{format_value(g.edge_cutoff, g.unit)}"
                      " or between dropped nodes)")
     if g.diff:
         lines.append("Red: grew since the base; green: shrank")
@@ -237,21 +236,6 @@ def output_format(path: str, override: str | None = None) -> str:
     return ext
 
 
-def check_output(path: str, force: bool = False) -> None:
-    """Fail early (before the dumps are read) when ``path`` cannot be written."""
-    if path == "-":
-        return
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a folder; give a file name for the graph")
-    if os.path.lexists(path) and not force:
-        raise UsageError(f"{path}: exists; heapscope does not overwrite it without --force")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{path}: cannot write: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"{path}: cannot write: folder {folder} is not writable")
-
-
 def find_dot() -> str:
     """The path of Graphviz's ``dot``, or a ToolError saying how to install it."""
     dot = shutil.which("dot")
@@ -274,17 +258,7 @@ def write_graph(g: Graph, path: str, fmt: str, *, force: bool = False) -> None:
         sys.stdout.flush()
         return
     check_output(path, force)
-    data = text if dot is None else _run_dot(dot, fmt, text, None)
-    try:
-        if force:
-            replace_atomically(path, data)
-        else:
-            create_atomically(path, data)
-    except FileExistsError:  # appeared since check_output
-        raise UsageError(f"{path}: exists; heapscope does not overwrite it without "
-                         "--force") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    write_output(path, text if dot is None else _run_dot(dot, fmt, text, None), force)
 
 
 def draw(dot_text: str, fmt: str = "svg") -> bytes:
@@ -301,7 +275,7 @@ def _run_dot(dot: str, fmt: str, text: bytes, out: str | None) -> bytes:
         p = subprocess.run(cmd, input=text, capture_output=True, timeout=600, check=False)
     except subprocess.TimeoutExpired:
         raise ToolError(f"{' '.join(cmd)} took more than 10 minutes; try a smaller "
-                        "--nodecount") from None
+                        "-n/--top") from None
     except OSError as e:
         raise ToolError(f"cannot run {dot}: {e.strerror or e}; {INSTALL_HINT}") from None
     if p.returncode != 0:

@@ -9,12 +9,12 @@ direction characters as visible escapes), and embedded by :func:`heapscope.web.s
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from heapscope.analysis.tree import KINDS, CallTree
-from heapscope.files import replace_atomically
+from heapscope.files import write_output
+from heapscope.inputs import picture_title
 from heapscope.model import HEAP_SAMPLE_TYPES
 from heapscope.terminal import clean
 from heapscope.web import page
@@ -59,17 +59,14 @@ def flamegraph_data(tree: CallTree, *, title: str, sources: Sequence[str],
     }
 
 
-def default_title(sources: Sequence[str], base_sources: Sequence[str] = ()) -> str:
-    """``name`` of the dump (or ``first (+N more)``), with `` vs base`` for a diff."""
-    def names(paths: Sequence[str]) -> str:
-        if not paths:
-            return "profile"
-        first = os.path.basename(paths[0])
-        return first if len(paths) == 1 else f"{first} (+{len(paths) - 1} more)"
-
-    title = names(sources)
+def default_title(sources: Sequence[str], base_sources: Sequence[str] = (),
+                  labels: Sequence[str] = ()) -> str:
+    """What the dumps are, by program, process and time (:func:`heapscope.inputs.
+    picture_title`; ``labels`` name the processes of a session's dumps), with `` vs base``
+    for a diff."""
+    title = picture_title(sources, () if base_sources else labels)
     if base_sources:
-        title += f" vs {names(base_sources)}"
+        title += f" vs {picture_title(base_sources)}"
     return title
 
 
@@ -82,10 +79,11 @@ def render_flamegraph(tree: CallTree, *, title: str, sources: Sequence[str],
                 scripts=["flamegraph.js"], body=_BODY, data=data)
 
 
-def write_flamegraph(path: str, tree: CallTree, **kw: Any) -> int:
-    """Write the HTML to ``path`` (atomically); return its size in bytes."""
+def write_flamegraph(path: str, tree: CallTree, *, force: bool = True, **kw: Any) -> int:
+    """Write the HTML to ``path`` (whole or not at all; an existing file only replaced with
+    ``force``); return its size in bytes."""
     text = render_flamegraph(tree, **kw)
     raw = text.encode("utf-8")
-    replace_atomically(path, raw)
+    write_output(path, raw, force)
     return len(raw)
 

@@ -1,4 +1,5 @@
-"""The leak finder's terminal report: processes, then suspects with verdict and evidence.
+"""The leak finder's terminal report: processes, then the sites found (suspects when any was
+judged a leak or growing) with verdict and evidence.
 
 Every sentence is derived from the numbers it sits beside: the summary counts the verdicts
 shown, and each suspect's evidence line states the growth, the rate with its interval, the
@@ -7,7 +8,6 @@ test statistic and p-value, and how many samples stand behind them.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -29,7 +29,9 @@ from heapscope.analysis.leaks import (
 from heapscope.analysis.processes import QUIET_ROLES
 from heapscope.render.text import via_label
 from heapscope.terminal import clean
-from heapscope.units import human_bytes
+from heapscope.units import human_bytes, plural, shorten_command
+
+CMD_WIDTH = 70  # a process line's command: the program and the arguments that fit, then …
 
 
 def _t(text: str) -> str:
@@ -77,20 +79,21 @@ def evidence(f: Finding, window: dict[str, Any] | None = None) -> str:
                     f"{window['settle']:g} s after it")
         return "live in the only dump: one dump cannot show growth"
     since = f" since dump {t.first_growth}" if t.first_growth else ""
-    grew = f"{_signed(t.growth)} over {t.dumps} dumps"
+    grew = f"{_signed(t.growth)} over {plural(t.dumps, 'dump')}"
     drift = f"drift z {t.z:.1f}, {_p(t.p_value)}"
     if t.q_value is not None and t.verdict in (LEAK, GROWING):
         drift += f", q {t.q_value:.2g}"
     span = t.dumps - t.window_start
-    samples = f"{t.samples:,.0f} samples ({t.new_samples:+,.0f} over the last {span} dumps)"
+    last = f"the last {plural(span, 'dump')}"
+    samples = f"{plural(round(t.samples), 'sample')} ({t.new_samples:+,.0f} over {last})"
     if t.exact:
         # objects near or above the sample period: the dumps (all but) count them
-        what = ("objects, counted exactly (every one this big is sampled)"
+        what = (plural(round(t.samples), "object") +
+                ", counted exactly (every one this big is sampled)"
                 if t.sampled >= 0.99 else
-                f"samples of big objects ({t.sampled:.0%} of them sampled: little counting "
-                "noise)")
-        samples = (f"{t.samples:,.0f} {what}; {t.steps} of the last {span} dumps brought "
-                   "new ones")
+                plural(round(t.samples), "sample") + f" of big objects ({t.sampled:.0%} of "
+                "them sampled: little counting noise)")
+        samples = f"{what}; {t.steps} of {last} brought new ones"
     elif t.whole_series:
         samples += ", tested as the line through every dump against its scatter"
     if t.verdict in (LEAK, GROWING) and t.slope_per_dump > 0 and \
@@ -99,7 +102,7 @@ def evidence(f: Finding, window: dict[str, Any] | None = None) -> str:
     if t.verdict == LEAK:
         parts = [grew + since, _rate(t), drift, samples]
     elif t.verdict == GROWING:
-        more = (f"take about {t.more_dumps} more dumps to decide" if t.more_dumps
+        more = (f"take about {plural(t.more_dumps, 'more dump')} to decide" if t.more_dumps
                 else "more dumps will decide")
         parts = [grew + since, _rate(t), drift + ": not yet a proven leak", samples, more]
     elif t.verdict == trend.BOUNDED:
@@ -119,14 +122,14 @@ def evidence(f: Finding, window: dict[str, Any] | None = None) -> str:
 
 
 def _process_line(p: ProcessFinding, window: bool = False) -> str:
-    cmd = shlex.join(p.cmdline) if p.cmdline else p.exe
+    cmd = shorten_command(p.cmdline, CMD_WIDTH) if p.cmdline else p.exe
     mark = "window" if window and p.verdict == "unjudged" else _PROCESS.get(p.verdict, p.verdict)
     if p.exit_bytes is not None:
-        dumps = f"{p.judged} dumps + exit"
+        dumps = f"{plural(p.judged, 'dump')} + exit"
     elif p.judged and p.judged != p.dumps:
-        dumps = f"{p.dumps} dumps, {p.judged} judged"
+        dumps = f"{plural(p.dumps, 'dump')}, {p.judged} judged"
     else:
-        dumps = f"{p.dumps} dump{'s' if p.dumps != 1 else ''}"
+        dumps = plural(p.dumps, "dump")
     if p.missed:
         dumps += f" ({p.missed} missed)"
     extra = ""
@@ -139,7 +142,7 @@ def _process_line(p: ProcessFinding, window: bool = False) -> str:
     if p.exit_bytes is not None:
         extra += f"  at exit {human_bytes(p.exit_bytes)}"
     line = (f"  {p.pid!s:>8}  {p.role:<7}  {mark:<9}  {dumps:<15}  "
-            f"live {human_bytes(p.live_bytes)}{extra}  {_t(cmd[:70])}")
+            f"live {human_bytes(p.live_bytes)}{extra}  {_t(cmd)}")
     if p.unreadable:
         line += f"\n            no dump could be read: {_t(p.unreadable)}"
     return line
@@ -156,12 +159,13 @@ def _summary(report: LeakReport, shown: list[Finding]) -> str:
         named = ", ".join(f"pid {p.pid}" + (f" ({p.why_no_dumps})" if p.why_no_dumps else "")
                           for p in missing[:4])
         more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
-        gap = (f"{len(missing)} of {len(report.processes)} processes not examined, they left "
-               f"no dump: {_t(named)}{more}")
+        they = "it" if len(missing) == 1 else "they"
+        gap = (f"{len(missing)} of {plural(len(report.processes), 'process')} not examined, "
+               f"{they} left no dump: {_t(named)}{more}")
     if counts.get(LEAK):
         return gap
     if report.window is not None:
-        return (f"the window kept {counts.get(LIVE, 0)} site(s): allocated during it and "
+        return (f"the window kept {plural(counts.get(LIVE, 0), 'site')}: allocated during it and "
                 "still live after it, biggest first")
     parts = ["no leak found"]
     if missing:
@@ -169,7 +173,7 @@ def _summary(report: LeakReport, shown: list[Finding]) -> str:
         parts = [gap, f"no leak found in the {examined} examined" if examined else
                  "nothing was examined"]
     if counts.get(GROWING):
-        parts.append(f"{counts[GROWING]} site(s) grew without proof of a leak (growing)")
+        parts.append(f"{plural(counts[GROWING], 'site')} grew without proof of a leak (growing)")
     if counts.get(trend.BOUNDED):
         parts.append(f"{counts[trend.BOUNDED]} grew, then levelled off (bounded)")
     if counts.get(LIVE):
@@ -177,6 +181,26 @@ def _summary(report: LeakReport, shown: list[Finding]) -> str:
     if not shown and not missing:
         parts.append("no site grew, and nothing beyond runtime start-up was left live")
     return "; ".join(parts)
+
+
+_KINDS = {trend.BOUNDED: "bounded growth", trend.CHURN: "churn", LIVE: "live"}
+
+
+def _heading(report: LeakReport, shown: list[Finding]) -> str:
+    """What the listed sites are: suspects only when some site was judged leak or growing;
+    otherwise the sites that are left, never called suspects."""
+    verdicts = {f.verdict for f in shown}
+    if verdicts & {LEAK, GROWING}:
+        return "suspects, most likely leak first"
+    if report.window is not None:
+        return "sites the window kept, largest first"
+    found = ("no leak found in the examined processes" if report.unexamined
+             else "no leak found")
+    if verdicts <= {LIVE}:
+        return f"largest live sites ({found})"
+    kinds = [name for v, name in _KINDS.items() if v in verdicts]
+    kinds += sorted(v for v in verdicts if v not in _KINDS)
+    return f"sites that changed or stayed live ({found}): {', then '.join(kinds)}"
 
 
 def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int = 5,
@@ -189,26 +213,28 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
     helpers = sum(1 for p in procs if p.role in QUIET_ROLES)
     if helpers and helpers < len(procs):
         # The count that matters is the program's own; shims' shells and tools come last.
-        con.print(f"[bold]processes ({len(procs) - helpers} of the program, {helpers} "
-                  "wrappers and helpers listed last)[/]")
+        helping = plural(helpers, "wrapper or helper", "wrappers and helpers")
+        con.print(f"[bold]processes ({len(procs) - helpers} of the program, {helping} "
+                  "listed last)[/]")
     else:
         con.print(f"[bold]processes ({len(procs)})[/]")
     for p in procs[:15]:
         con.print(_process_line(p, report.window is not None))
     if len(procs) > 15:
-        con.print(f"  … and {len(procs) - 15} more processes")
+        con.print(f"  … and {plural(len(procs) - 15, 'more process')}")
     shown = [f for f in report.findings if f.verdict not in QUIET]
     summary = _summary(report, shown)
     if summary:
         con.print(f"\n{summary}")
     if shown:
-        con.print("\n[bold]suspects, most likely leak first[/]")
+        con.print(f"\n[bold]{_heading(report, shown)}[/]")
     for n, f in enumerate(shown[:top], 1):
         where = f"  {_t(f.file)}:{f.line}" if f.file else ""
         style = _STYLE.get(f.verdict, "")
         label = f.verdict.upper() if f.verdict == LEAK else f.verdict
-        size = (f"{human_bytes(f.bytes)} in {int(f.objects):,} objects" if not f.rollup
-                else f"{human_bytes(f.bytes)} over {f.sites} call paths ({f.rollup} roll-up)")
+        size = (f"{human_bytes(f.bytes)} in {plural(f.objects, 'object')}" if not f.rollup
+                else f"{human_bytes(f.bytes)} over {plural(f.sites, 'call path')} "
+                     f"({f.rollup} roll-up)")
         via = _t(via_label(f.via))
         con.print(f" {n:>2}. [{style}]{label}[/]  {size}  "
                   f"[bold]{_t(f.function)}[/]{where}{via}  (pid {f.pid})")
@@ -218,8 +244,8 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
     if len(shown) > top:
         con.print(f"  … {len(shown) - top} more (--top N, or --format json)")
     hidden = {v: sum(1 for f in report.findings if f.verdict == v) for v in QUIET}
-    rest = ", ".join(f"{n} {v}" for v, n in hidden.items() if n)
+    rest = ", ".join(plural(n, f"{v} site") for v, n in hidden.items() if n)
     if rest:
-        con.print(f"\nnot shown: {rest} sites (--format json lists them)")
+        con.print(f"\nnot shown: {rest} (--format json lists them)")
     for note in report.notes:
         con.print(f"note: {_t(note)}")

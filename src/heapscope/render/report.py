@@ -11,11 +11,11 @@ from heapscope.capture.runner import SessionResult
 from heapscope.render.commands import print_commands
 from heapscope.render.leaks import render_leaks
 from heapscope.terminal import clean
+from heapscope.units import shorten_command
 
 
 def _cmd(words: list[str], width: int = 60) -> str:
-    text = clean(shlex.join(words)) if words else "?"
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clean(shorten_command(words, width)) if words else "?"
 
 
 def render_report(out: TextIO, res: SessionResult, *, top: int = 5) -> None:

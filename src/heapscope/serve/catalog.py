@@ -29,6 +29,7 @@ from heapscope.formats.load import parse_dump_name
 from heapscope.formats.symbolized import SUFFIX
 from heapscope.formats.trust import Ignored
 from heapscope.prepare import expand_inputs, is_session
+from heapscope.units import plural
 
 SESSION = "session"
 FOLDER = "folder"
@@ -167,7 +168,7 @@ class Catalog:
             found = [p for p in found if not p.startswith(inside)]
             ignored = [i for i in ignored if not i.path.startswith(inside)]
             if inp.problem or not found:
-                inp.problem = f"{len(inp.sessions)} session(s), no other dumps"
+                inp.problem = f"{plural(len(inp.sessions), 'session')}, no other dumps"
         inp.ignored = ignored
         changed = False
         listed: list[int] = []

@@ -182,7 +182,6 @@ class Workbench:
         """The flame graph data of ``heapscope flamegraph DUMP…`` (every frame, each saying
         whose code it is), with the view's focus, ignore, hide and show."""
         from heapscope.analysis.tree import build_tree
-        from heapscope.inputs import processes_title
         from heapscope.render.flamegraph import default_title, flamegraph_data
 
         key = ("flame", self._key(target), view.focus, view.ignore, view.hide, view.show,
@@ -197,8 +196,10 @@ class Workbench:
                               frames=policy if policy.mode == "site" else None)
             sources = [d.key for d in target.dumps]
             base_sources = [target.base.key] if target.base is not None else []
-            title = (processes_title(labels) if labels and target.base is None
-                     else default_title(sources, base_sources))
+            # Titled as heapscope flamegraph titles it: program, processes, dump time.
+            title = default_title([d.path for d in target.dumps],
+                                  [target.base.path] if target.base is not None else [],
+                                  labels)
             return flamegraph_data(tree, title=title, sources=sources, sample=view.sample,
                                    base_sources=base_sources)
 

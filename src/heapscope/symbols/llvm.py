@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from heapscope.errors import ToolError
 from heapscope.files import open_regular
+from heapscope.units import plural
 
 ENV_VAR = "HEAPSCOPE_SYMBOLIZER"
 INSTALL_HINT = (
@@ -327,7 +328,8 @@ class LlvmSymbolizer:
         lines = [ln for ln in stdout.split("\n") if ln.strip()]
         if len(lines) != len(vaddrs):
             raise BackendError(
-                f"llvm-symbolizer gave {len(lines)} answers for {len(vaddrs)} addresses of {path}"
+                f"llvm-symbolizer gave {plural(len(lines), 'answer')} for "
+                f"{plural(len(vaddrs), 'address')} of {path}"
             )
         # Our input lines are always valid, so an error is about the object file.
         got = _answers(path, lines)
