@@ -478,3 +478,30 @@ def test_small_modules_share_the_core_the_big_one_leaves(
     assert sorted(backend.runs) == sorted([[str(pie)], [str(lib) for lib in libs]])
     alone = symbolize(profile(stacks, maps), opts(tmp_path), backend=CountingBackend())
     assert shared == alone
+
+
+def test_the_helper_library_of_a_finished_run_is_found_in_the_package() -> None:
+    """A run's helper is loaded from a private folder that is removed when the run ends; its
+    frames are named from the package's build of it (same build-id), with no warning."""
+    from heapscope.capture.helper import LIBRARY_NAME, library
+    from heapscope.symbols.locate import Locator, Module
+
+    built = library()
+    if built is None:
+        pytest.skip("the helper library was not built (no C compiler at install time)")
+    gone = f"/tmp/heapscope-ctl-gone-{os.getpid()}/{LIBRARY_NAME}"
+    elf = ElfInfo.read(built)
+    # Mapped as the loader maps it: its executable segment at that segment's file offset.
+    code = next(seg for seg in elf.segments if seg.flags & 1)
+    module = Module(gone, [Mapping(0x7F0000000000 + code.offset, 0x7F0000010000,
+                                   code.offset, gone, "r-xp", elf.build_id)])
+    module.build_id = module.mappings[0].build_id
+    Locator(SymbolOptions(cache_dir=None), [module], "/usr/bin/true").locate(module)
+    assert module.elf is not None and module.elf.path == built
+    assert not module.diagnostics
+    # A different library under the helper's name is still refused.
+    other = Module(gone, [Mapping(0x7F0000000000 + code.offset, 0x7F0000010000, code.offset,
+                                  gone, "r-xp", "ab" * 20)])
+    other.build_id = "ab" * 20
+    Locator(SymbolOptions(cache_dir=None), [other], "/usr/bin/true").locate(other)
+    assert other.elf is None and other.diagnostics

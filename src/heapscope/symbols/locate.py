@@ -95,6 +95,12 @@ class Locator:
             out.append(os.path.join(d, rel))
         if not self.options.sysroot:
             out.append(path)
+        if base == HELPER_LIBRARY:
+            # heapscope's own helper, loaded from a private folder that is gone once the run
+            # ends: the package's copy is the same file (checked by build-id, as any other).
+            own = _helper_library()
+            if own:
+                out.append(own)
         return list(dict.fromkeys(out))
 
     def locate(self, module: Module) -> None:
@@ -166,6 +172,20 @@ class Locator:
                 f"{elf.path} is newer than the dump and no build-id proves it is the same "
                 "file; names may be wrong (rebuilt since the dump was taken?)"
             )
+
+
+HELPER_LIBRARY = "libheapscope-preload.so"  # heapscope.capture.helper.LIBRARY_NAME
+
+
+def _helper_library() -> str | None:
+    """The package's build of the helper library (``heapscope/_preload*.so``), if any."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("heapscope._preload")
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.origin else None
 
 
 def _binary_matches(binary: ElfInfo, path: str, build_id: str) -> bool:
