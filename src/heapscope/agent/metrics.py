@@ -5,7 +5,8 @@ top K sites of each process by the leak ranking: live bytes, growth per second o
 judged window, and 1/0 for a ``leak`` verdict; the other sites are summed in one series with
 ``function="other"``, so the number of series stays bounded whatever the program does.
 Counters: dumps taken, failed and dropped per service; a histogram of the pause each dump
-cost its target.
+cost its target. A process in a container also has ``heapscope_process_container_info``,
+labelled with its ``container`` and, under Kubernetes, ``pod_uid`` (only those known).
 
 Sites are read fresh from the agent at each scrape (a custom collector): a site that left
 the top K, or a process that exited, has no stale series left behind. Label values named
@@ -71,8 +72,17 @@ class AgentCollector(Collector):
         skipped = CounterMetricFamily("heapscope_dumps_skipped",
                                       "Dumps not taken: too little free disk",
                                       labels=PROC_LABELS)
+        # A family of its own: the container's labels exist only for targets in one, and
+        # the per-process families keep one label set.
+        boxes = GaugeMetricFamily("heapscope_process_container_info",
+                                  "1 for a process in a container: its container id (or "
+                                  "cgroup name) and, under Kubernetes, its pod's uid")
         for w in watched:
             proc = [label_value(w.target.service), str(w.target.pid)]
+            if w.target.container:
+                boxes.add_sample("heapscope_process_container_info", {
+                    **dict(zip(PROC_LABELS, proc, strict=True)),
+                    **{k: label_value(v) for k, v in w.target.container}}, 1.0)
             rss.add_metric(proc, float(w.rss_bytes))
             dumps.add_metric(proc, float(w.dumps))
             errors.add_metric(proc, float(w.errors))
@@ -89,6 +99,8 @@ class AgentCollector(Collector):
                 leak.add_metric(labels, 1.0 if is_leak else 0.0)
         yield from (live, rss, site_live, growth, leak, judged, dumps, errors, dropped,
                     skipped)
+        if boxes.samples:
+            yield boxes
         if self.agent.pushers:
             pushed = CounterMetricFamily("heapscope_push_profiles",
                                          "Profiles sent to a profile backend, by outcome",

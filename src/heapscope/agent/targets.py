@@ -13,6 +13,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from heapscope.capture.container import confinement, container_identity
 from heapscope.capture.procevents import read_image
 
 
@@ -24,6 +25,10 @@ class Target:
     start: int  # clock ticks after boot: with the pid, a process's identity
     service: str
     cmdline: tuple[str, ...] = ()
+    confined: bool = False  # in another root or mount namespace: a container, a chroot
+    # What names its container, read from its cgroup: ("container", id or the cgroup's last
+    # name), ("pod_uid", uid) under Kubernetes; only what is known (labels on its metrics).
+    container: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -97,7 +102,9 @@ def find(sel: Selection, skip: set[int] | None = None) -> dict[str, Target]:
         cmd = cmdline(pid)
         if start is None or not cmd:
             return
-        t = Target(pid, start, service or _service_name(cmd, pid), cmd)
+        box = confinement(pid)
+        ident = tuple(sorted(container_identity(box.cgroup).items())) if box else ()
+        t = Target(pid, start, service or _service_name(cmd, pid), cmd, box is not None, ident)
         found.setdefault(t.key, t)
 
     for pid in sel.pids:

@@ -24,6 +24,7 @@ from heapscope.agent.targets import Selection, Target, cmdline, find, start_time
 from heapscope.analysis.leaks import LeakReport
 from heapscope.capture import attach as at
 from heapscope.capture import session as sess
+from heapscope.capture.container import Drop
 from heapscope.capture.control import call_each
 from heapscope.capture.mallctl import NOPROF_HINT, Op
 from heapscope.capture.procs import proc_stat
@@ -280,8 +281,29 @@ class Agent:
     def _dump_all(self, batch: dict[str, Target]) -> None:
         """One dump of each target in one round of calls (one tracer's start-up, paid once a
         round), then each window judged."""
-        paths = {t.pid: at.next_dump_path(self.watched[k].session, t.pid)
-                 for k, t in batch.items()}
+        # A target in a container writes into a private folder inside its own root, read
+        # back and removed when the round ends (also on errors and Ctrl-C).
+        with contextlib.ExitStack() as stack:
+            hosts: dict[int, str] = {}  # where each dump is kept
+            paths: dict[int, str] = {}  # where each target writes it, as it sees it
+            drops: dict[int, Drop] = {}
+            for key, t in list(batch.items()):
+                hosts[t.pid] = paths[t.pid] = at.next_dump_path(self.watched[key].session,
+                                                                t.pid)
+                if t.confined:
+                    try:
+                        drops[t.pid] = stack.enter_context(at.open_drop(t.pid))
+                    except HeapscopeError as e:
+                        del batch[key], paths[t.pid]
+                        self._failed(key, t, e)
+                        continue
+                    paths[t.pid] = drops[t.pid].path(os.path.basename(hosts[t.pid]))
+            if paths:
+                self._dump_batch(batch, paths, hosts, drops)
+
+    def _dump_batch(self, batch: dict[str, Target], paths: dict[int, str],
+                    hosts: dict[int, str], drops: dict[int, Drop]) -> None:
+        """The round of calls of :meth:`_dump_all`, and each dump booked."""
         # With a duty cycle, sampling stops in the same stop as the dump.
         ops = [Op("prof.dump", "str", paths, True)]
         if self.opts.active > 0:
@@ -295,19 +317,23 @@ class Agent:
         for key, target in batch.items():
             r = results.get(target.pid)
             path = paths[target.pid]
+            drop = drops.get(target.pid)
+            host = hosts[target.pid]
             if not isinstance(r, HeapscopeError):
                 rc = r.rcs.get("prof.dump", 0) if r is not None else -1
-                if rc == 0 and os.path.exists(path):
+                if rc == 0 and (drop.collect(os.path.basename(path), host) if drop
+                                else os.path.exists(path)):
                     self.failing.discard(key)
-                    self._judge(self.watched[key], path, r.stopped_s if r else 0.0)
+                    self._judge(self.watched[key], host, r.stopped_s if r else 0.0)
                     continue
-                r = HeapscopeError(at.dump_problem(target.pid, path, rc))
+                r = HeapscopeError(at.dump_problem(target.pid, path, rc,
+                                                   confined=drop is not None))
             self._failed(key, target, r)
 
     def _judge(self, w: Watched, path: str, pause: float) -> None:
         """Book a new dump: seal it, move the window, judge it, push it."""
         sess.seal(path)
-        at.record_modules(w.session, w.target.pid)
+        at.record_modules(w.session, w.target.pid, path)
         taken = time.time()
         w.dumps += 1
         if self.on_pause is not None:
@@ -337,7 +363,10 @@ class Agent:
         if not self.pushers:
             return
         t = w.target
-        pushed = PushedProfile(t.service, (("pid", str(t.pid)), ("host", socket.gethostname())),
-                               w.last_time or taken - 1, taken, pprof_of(path, self.opts.symbols))
+        pushed = PushedProfile(t.service, (("pid", str(t.pid)), ("host", socket.gethostname()),
+                                           *t.container),
+                               w.last_time or taken - 1, taken,
+                               pprof_of(path, self.opts.symbols.with_recorded(
+                                   sess.recorded_facts(sess.read_manifest(w.session)))))
         for pusher in self.pushers:
             pusher.offer(pushed)

@@ -21,6 +21,13 @@ from heapscope.analysis.ownership import exe_aliases, facts_from_manifest
 from heapscope.analysis.series import group_by_pid, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.access import DumpOwner, user_name
+from heapscope.capture.container import (
+    Confinement,
+    ContainerError,
+    Drop,
+    confinement,
+    container_modules,
+)
 from heapscope.capture.control import call
 from heapscope.capture.mallctl import AttachError, CallResult, Op
 from heapscope.capture.procevents import read_image
@@ -86,6 +93,15 @@ class Controller:
         self.opts = opts or AttachOptions()
         self.log = AttachLog()
         self.symbol = ""
+        self._confined: tuple[Confinement | None] | None = None
+
+    @property
+    def confined(self) -> Confinement | None:
+        """How the target is set apart from heapscope (another root or mount namespace: a
+        container), looked at once; None for a process that sees what heapscope sees."""
+        if self._confined is None:
+            self._confined = (confinement(self.pid),)
+        return self._confined[0]
 
     def run(self, ops: list[Op], *, need_prof: bool = True) -> CallResult:
         r = call(self.pid, ops, need_prof=need_prof, timeout=self.opts.timeout,
@@ -120,6 +136,7 @@ class Controller:
             "prof_prefix": v.get("opt.prof_prefix"),
             "lg_prof_interval": v.get("opt.lg_prof_interval"),
             "stats": {s: v.get(f"stats.{s}") for s in STATS},
+            "container": self.confined.as_dict() if self.confined is not None else None,
             "attach": {"threads": r.threads, "threads_in_allocator": r.busy_threads,
                        "caller_tid": r.caller_tid, "mode": r.mode,
                        "retries": r.retries, "stopped_s": r.stopped_s,
@@ -144,35 +161,73 @@ class Controller:
         return lg if isinstance(lg, int) else None
 
     def dump(self, path: str, extra: list[Op] | None = None) -> CallResult:
-        """Have the target write a dump to ``path`` (absolute), then check it is there."""
+        """Have the target write a dump to ``path`` (absolute), then check it is there.
+
+        A target in a container cannot see ``path``: it writes into a private folder made
+        inside its own root, and the dump is copied out to ``path`` (see :class:`Drop`)."""
         path = os.path.abspath(path)
-        r = self.run([Op("prof.dump", "str", path, True), *(extra or [])])
-        rc = r.rcs.get("prof.dump", 0)
-        if rc != 0 or not os.path.exists(path):
-            raise AttachError(dump_problem(self.pid, path, rc))
+        if self.confined is None:
+            r = self.run([Op("prof.dump", "str", path, True), *(extra or [])])
+            rc = r.rcs.get("prof.dump", 0)
+            if rc != 0 or not os.path.exists(path):
+                raise AttachError(dump_problem(self.pid, path, rc))
+        else:
+            with open_drop(self.pid) as drop:
+                inside = drop.path(os.path.basename(path))
+                r = self.run([Op("prof.dump", "str", inside, True), *(extra or [])])
+                rc = r.rcs.get("prof.dump", 0)
+                if rc != 0 or not drop.collect(os.path.basename(path), path):
+                    raise AttachError(dump_problem(self.pid, inside, rc, confined=True))
         sess.seal(path)
-        record_modules(os.path.dirname(os.path.dirname(path)), self.pid)
+        record_modules(os.path.dirname(os.path.dirname(path)), self.pid, path)
         return r
 
 
-def record_modules(session: str, pid: int) -> None:
+def open_drop(pid: int) -> Drop:
+    """The private folder inside a confined target's root its dumps are written to."""
+    try:
+        return Drop(pid, _ids(pid))
+    except OSError as e:
+        why = str(e) if isinstance(e, ContainerError) else e.strerror or str(e)
+        raise AttachError(f"pid {pid} runs in another root (a container): heapscope could "
+                          f"not make a folder for its dumps inside it: {why}") from None
+
+
+def record_modules(session: str, pid: int, dump: str = "") -> None:
     """Add to the session's manifest the build-id, size and mtime of each file the target
     has mapped executable and the manifest does not list yet (read through
-    /proc/PID/map_files: the very file that runs, even if its path was replaced)."""
+    /proc/PID/map_files: the very file that runs, even if its path was replaced).
+
+    A target in a container names its files by its own paths (those of ``dump``'s memory
+    map): each is recorded with the host path of the container's root, where the
+    symbolizer then finds it (``/proc/PID/root`` when the root has no lasting host path:
+    valid while the process lives; ``--sysroot`` after)."""
     m = sess.read_manifest(session)
     if not m:
         return
+    box = confinement(pid)
+    if box is not None and not dump:
+        return  # the host's /proc names its files by host paths, not those of its dumps
+    mapped = container_modules(pid, dump) if box is not None else sess.mapped_modules(pid)
     known = sess.recorded_modules(m)
-    new = {p: src for p, src in sess.mapped_modules(pid).items() if p not in known}
+    new = {p: src for p, src in mapped.items() if p not in known}
     if new:
-        m["modules"] = {**m.get("modules", {}), **sess.module_facts(new)}
+        facts = sess.module_facts(new)
+        if box is not None:
+            for f in facts.values():
+                f["root"] = box.root
+        m["modules"] = {**m.get("modules", {}), **facts}
         sess.write_json(os.path.join(session, sess.MANIFEST), m)
 
 
-def dump_problem(pid: int, path: str, rc: int) -> str:
+def dump_problem(pid: int, path: str, rc: int, confined: bool = False) -> str:
     """Why a target did not write the dump it was asked for, and what to do."""
     uid = _uid(pid)
     who = f"uid {uid}" if uid is not None else "its own user"
+    if confined:
+        what = "wrote no" if rc in (0, _EFAULT) else f"failed with errno {rc} writing the"
+        return (f"pid {pid} (in a container) {what} dump at {path}, in the folder heapscope "
+                f"made inside its root for {who}")
     root = os.path.realpath(f"/proc/{pid}/root")
     where = " (it runs in another mount namespace/container: use a path it shares)" \
         if root not in ("/", f"/proc/{pid}/root") else ""
@@ -245,6 +300,11 @@ def open_session(ctl: Controller, path: str | None, facts: dict[str, Any] | None
         owner = None  # only root can hand a folder over; the target then says it cannot write
     folder = sess.create(path or default_session(ctl.pid), info["cmdline"] or [str(ctl.pid)],
                          owner)
+    box = ctl.confined
+    proc: dict[str, Any] = {"pid": ctl.pid, "ppid": info["ppid"], "exe": info["exe"],
+                            "cmdline": info["cmdline"]}
+    if box is not None:
+        proc["nspid"] = box.inner_pid  # its own pid, as its logs and its dumps' maps know it
     manifest: dict[str, Any] = {
         "format": "heapscope-session",
         "version": 1,
@@ -256,9 +316,10 @@ def open_session(ctl: Controller, path: str | None, facts: dict[str, Any] | None
         "pid": ctl.pid,
         "jemalloc": facts or {},
         "access": sess.access_facts(owner),
-        "processes": [{"pid": ctl.pid, "ppid": info["ppid"], "exe": info["exe"],
-                       "cmdline": info["cmdline"]}],
+        "processes": [proc],
     }
+    if box is not None:
+        manifest["container"] = box.as_dict()
     sess.write_json(os.path.join(folder, sess.MANIFEST), manifest)
     return folder
 
@@ -311,6 +372,7 @@ def analyse(session: str, pid: int, dumps: list[str], options: SymbolOptions,
     ``rounds`` ({"rounds", "missed_rounds", "missed_why"}) says how many rounds of a series
     were asked and missed."""
     m = sess.read_manifest(session)
+    options = options.with_recorded(sess.recorded_facts(m))
     series = load_series(pid, dumps, options, progress,
                          aliases=exe_aliases(facts_from_manifest(m)))
     info = {p["pid"]: dict(p) for p in m.get("processes", [])
@@ -330,6 +392,10 @@ def write_report(session: str, pid: int, report: LeakReport, kind: str,
     doc.update(report.as_dict())
     doc["notes"] = list(report.notes)
     doc["attach"] = log.as_dict()
+    box = confinement(pid)
+    if box is not None:
+        doc["nspid"] = box.inner_pid
+        doc["container"] = box.as_dict()
     if extra:
         doc.update(extra)
     sess.write_json(os.path.join(session, "report.json"), json_ready(doc))  # for other programs

@@ -32,6 +32,7 @@ from heapscope.capture import access
 from heapscope.capture.access import DumpOwner
 from heapscope.errors import InputError
 from heapscope.files import create_new, open_regular
+from heapscope.symbols.options import ModuleFacts
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST = 64 << 20  # a manifest is a few KB; more is not one
@@ -302,7 +303,20 @@ def recorded_modules(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if isinstance(facts, str):
             out[str(path)] = {"build_id": facts}
         elif isinstance(facts, dict):
-            out[str(path)] = {k: facts.get(k) for k in ("build_id", "size", "mtime_ns")}
+            out[str(path)] = {k: facts.get(k) for k in ("build_id", "size", "mtime_ns",
+                                                         "root")}
+    return out
+
+
+def recorded_facts(manifest: dict[str, Any]) -> dict[str, ModuleFacts]:
+    """:func:`recorded_modules` as the symbolizer takes them."""
+    out: dict[str, ModuleFacts] = {}
+    for module, f in recorded_modules(manifest).items():
+        size, mtime = f.get("size"), f.get("mtime_ns")
+        out[module] = ModuleFacts(str(f.get("build_id") or ""),
+                                  size if isinstance(size, int) else None,
+                                  mtime if isinstance(mtime, int) else None,
+                                  str(f.get("root") or ""))
     return out
 
 

@@ -182,6 +182,12 @@ def _status(ctl: at.Controller, args: argparse.Namespace) -> int:
     stats = "  ".join(f"{k} {human_bytes(v) if isinstance(v, int) else '?'}"
                       for k, v in st["stats"].items())
     out.write(f"heap       {stats}\n")
+    box = st.get("container")
+    if box:
+        ident = "".join(f", {k} {clean(box[k])}" for k in ("container", "pod_uid") if k in box)
+        out.write(f"container  pid {box['nspid']} in its own namespace, root "
+                  f"{clean(box['root'])}{ident}: dumps pass through a private folder inside "
+                  "it\n")
     a = st["attach"]
     held = a["stopped_s"] * 1000
     retried = f"; {a['retries']} retries" if a["retries"] else ""

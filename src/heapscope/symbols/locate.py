@@ -3,9 +3,11 @@
 Candidates, in order: ``--binary`` files (matched by build-id, else by base name; a single
 unmatched ``--binary`` stands for the main executable), ``SYSROOT/path``, each search path
 (``DIR/basename`` and ``DIR/path``), and finally the path itself (not when a sysroot is
-given: then the host's own file is the wrong one). A candidate is rejected when its build-id
-differs from the dump's or when none of its executable segments covers a mapped offset;
-a file newer than the dump with no build-id to vouch for it is used but flagged.
+given: then the host's own file is the wrong one). A module the session recorded as mapped in
+another root (a container) is looked for inside that root instead of at its path. A
+candidate is rejected when its build-id differs from the dump's or when none of its
+executable segments covers a mapped offset; a file newer than the dump with no build-id to
+vouch for it is used but flagged.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from heapscope.model import Mapping
 from heapscope.symbols.elf import ElfError, ElfInfo
 from heapscope.symbols.options import Diagnostic, SymbolOptions
+from heapscope.symbols.rooted import resolve_in_root
 
 HINT = "pass --binary FILE, --search-path DIR or --sysroot DIR"
 
@@ -88,12 +91,19 @@ class Locator:
         if self.main_fallback is not None and path == self.main_path:
             out.append(self.main_fallback.path)
         rel = path.lstrip("/")
+        root = self._root(module)
         if self.options.sysroot:
             out.append(os.path.join(self.options.sysroot, rel))
+        elif root:
+            # The process ran in another root (a container): the path is the container's,
+            # and the host's file of that name is the wrong one.
+            inside = resolve_in_root(root, path)
+            if inside is not None:
+                out.append(inside)
         for d in self.options.search_paths:
             out.append(os.path.join(d, base))
             out.append(os.path.join(d, rel))
-        if not self.options.sysroot:
+        if not self.options.sysroot and not root:
             out.append(path)
         if base == HELPER_LIBRARY:
             # heapscope's own helper, loaded from a private folder that is gone once the run
@@ -102,6 +112,11 @@ class Locator:
             if own:
                 out.append(own)
         return list(dict.fromkeys(out))
+
+    def _root(self, module: Module) -> str:
+        """The host folder the session recorded as the root ``module`` was mapped from."""
+        recorded = self.options.recorded.get(module.path)
+        return recorded.root if recorded is not None else ""
 
     def locate(self, module: Module) -> None:
         """Set ``module.elf`` to the first acceptable candidate and record diagnostics."""
@@ -131,6 +146,14 @@ class Locator:
                         "(--force-symbols to use it anyway)")
             return
         deleted = " (deleted while the process ran)" if module.mappings[0].deleted else ""
+        root = self._root(module)
+        if root and not self.options.sysroot:
+            gone = root.startswith("/proc/") and not os.path.isdir(root)
+            where = (f"its process has exited, and its root could only be read through "
+                     f"{root} while it ran" if gone else f"not found in its root {root}")
+            module.warn(f"{module.path}{deleted} was mapped inside a container; {where}: "
+                        "pass --sysroot DIR (a copy of the container's files)")
+            return
         module.warn(f"{module.path}{deleted} not found; {HINT}")
 
     def _mismatch(self, module: Module, elf: ElfInfo) -> str:

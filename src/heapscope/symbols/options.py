@@ -80,13 +80,25 @@ class SymbolOptions:
         self.recorded: Final[Mapping[str, ModuleFacts]] = {} if recorded is None else recorded
         self.force: Final = force
 
+    def with_recorded(self, recorded: Mapping[str, ModuleFacts]) -> SymbolOptions:
+        """These options, knowing also what ``recorded`` says of modules they do not."""
+        if all(k in self.recorded for k in recorded):
+            return self
+        return SymbolOptions(self.binaries, self.search_paths, self.sysroot, self.debug_dirs,
+                             self.debuginfod_urls, self.cache_dir, self.perf_map_dirs,
+                             self.system_debug_dir, {**recorded, **self.recorded}, self.force)
+
 
 class ModuleFacts(NamedTuple):
-    """A module file as it was when the dump was taken: build-id, size and mtime."""
+    """A module file as it was when the dump was taken: build-id, size and mtime, and for a
+    process in another root (a container, a chroot) the host path of that root."""
 
     build_id: str = ""
     size: int | None = None
     mtime_ns: int | None = None
+    # The module's path names a file inside this folder (``/proc/PID/root`` while the process
+    # lives when its root has no lasting host path); "" for the host's own files.
+    root: str = ""
 
 
 NO_DEBUG_INFO = "no debug info (names from the symbol table only)"
