@@ -120,6 +120,23 @@ if ((${#missing[@]})); then
         -o DPkg::Lock::Timeout="$apt_wait_s" "${missing[@]}" >/dev/null
 fi
 
+# unpack FOLDER PACKAGE...: download Debian packages and unpack them into build/FOLDER.
+unpack() {
+    local folder="$1"; shift
+    local tmp
+    tmp=$(mktemp -d)
+    # apt downloads as its user _apt, which must be able to write the folder.
+    if [[ $(id -u) -eq 0 ]] && id _apt >/dev/null 2>&1; then chown _apt "$tmp"; fi
+    if ! (cd "$tmp" && apt-get download -qq "$@" >/dev/null 2>&1); then
+        wait_for_apt
+        $SUDO apt-get update -qq  # package lists older than the archive's current packages
+        (cd "$tmp" && apt-get download -qq "$@" >/dev/null)
+    fi
+    rm -rf "build/$folder"
+    mkdir -p "build/$folder"
+    for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "build/$folder"; done
+    rm -rf "$tmp"
+}
 # nginx for tests/e2e/test_nginx.py: Debian's own binary, unpacked into build/nginx rather
 # than installed. Installing the package starts a daemon on port 80 and enables it at boot
 # (policy-rc.d can stop the start, not the enabling), and it would stay a system web server
@@ -127,20 +144,24 @@ fi
 # -c and -e: the binary needs no other file of the package, and the libraries it links are
 # installed above. An nginx the machine already has is left alone.
 if [[ "${1:-}" == "--dev" ]] && ! build/nginx/usr/sbin/nginx -v >/dev/null 2>&1; then
-    nginx_tmp=$(mktemp -d)
-    trap 'rm -rf "$nginx_tmp"' EXIT
-    # apt downloads as its user _apt, which must be able to write the folder.
-    if [[ $(id -u) -eq 0 ]] && id _apt >/dev/null 2>&1; then chown _apt "$nginx_tmp"; fi
-    if ! (cd "$nginx_tmp" && apt-get download -qq nginx >/dev/null 2>&1); then
-        wait_for_apt
-        $SUDO apt-get update -qq  # package lists older than the archive's current nginx
-        (cd "$nginx_tmp" && apt-get download -qq nginx >/dev/null)
-    fi
-    rm -rf build/nginx
-    mkdir -p build/nginx
-    dpkg-deb -x "$nginx_tmp"/nginx_*.deb build/nginx
+    unpack nginx nginx
     if ! build/nginx/usr/sbin/nginx -v >/dev/null 2>&1; then
         echo "heapscope setup: the unpacked build/nginx/usr/sbin/nginx does not run" >&2
+        exit 1
+    fi
+fi
+# Redis for tests/e2e/test_constructors.py, the same way (the server package would start a
+# daemon): redis-tools holds the binary, redis-server its name (a link: the binary acts by
+# the name it is started as), liblzf1 the one library it links that is not installed above
+# (found through LD_LIBRARY_PATH=build/redis/usr/lib/x86_64-linux-gnu).
+redis_ok() {
+    LD_LIBRARY_PATH=build/redis/usr/lib/x86_64-linux-gnu build/redis/usr/bin/redis-server \
+        --version >/dev/null 2>&1
+}
+if [[ "${1:-}" == "--dev" ]] && ! redis_ok; then
+    unpack redis redis-server redis-tools liblzf1
+    if ! redis_ok; then
+        echo "heapscope setup: the unpacked build/redis/usr/bin/redis-server does not run" >&2
         exit 1
     fi
 fi

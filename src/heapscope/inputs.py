@@ -50,7 +50,7 @@ def recorded_facts(inputs: Sequence[str]) -> dict[str, ModuleFacts]:
             size, mtime = f.get("size"), f.get("mtime_ns")
             out.setdefault(module, ModuleFacts(
                 str(f.get("build_id") or ""), size if isinstance(size, int) else None,
-                mtime if isinstance(mtime, int) else None))
+                mtime if isinstance(mtime, int) else None, str(f.get("root") or "")))
     return out
 
 
@@ -185,6 +185,29 @@ def dump_name(path: str) -> str:
     if parent == "symbolized" and name.endswith(_SYMBOLIZED):
         return name[: -len(_SYMBOLIZED)]
     return name
+
+
+def series_wrappers(paths: Sequence[str]) -> tuple[str, ...]:
+    """The functions the sessions these dumps belong to found to be allocation wrappers over
+    their whole series (``report.json``'s ``wrappers`` found from the profile): a command
+    that reads one dump of such a session folds them too, as the series did."""
+    import json
+
+    from heapscope.files import open_regular
+
+    found: set[str] = set()
+    for folder in {dump_session(p) for p in paths} - {None}:
+        try:
+            with open_regular(os.path.join(str(folder), "report.json")) as f:
+                doc = json.loads(f.read(8 << 20))
+        except (OSError, ValueError):
+            continue  # no report yet (a run still going), or not one of ours
+        entries = doc.get("wrappers") if isinstance(doc, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and entry.get("why") in ("profile", "series") and \
+                    isinstance(entry.get("function"), str):
+                found.add(entry["function"])
+    return tuple(sorted(found))
 
 
 def dump_session(path: str) -> str | None:

@@ -23,7 +23,8 @@ own code (for someone debugging a library itself).
 An allocation *wrapper* (``xmalloc``, ``g_malloc``, Redis's ``zmalloc``, CPython's
 ``PyMem_RawMalloc``…) is a function whose only job is to call the allocator; its frames are
 folded like the allocator's (:mod:`heapscope.analysis.fold`). Well-known wrappers are named
-here; others are recognised from the profile itself.
+here; others are recognised from the profile itself, helped by a *constructor* name
+(``createObject``, ``strbuf_new``: :func:`is_constructor_name`).
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ _WRAPPER_NAMES = re.compile(
     re.VERBOSE,
 )
 _JNI_ENTRY = re.compile(r"^Java_[A-Za-z0-9_]+$")
+# Words that name a function returning new memory, when they are the first or the last word
+# of its name (its verb or its suffix: make_node, node_new, createObject, list_dup). Not
+# "init": init functions often build whole tables, and their caller is not the story.
+_CONSTRUCTOR_WORDS = frozenset(
+    "alloc allocate malloc calloc realloc zalloc new create dup strdup strndup memdup make "
+    "copy clone".split())
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 
 def _rust_impl_crates(name: str) -> set[str]:
@@ -184,6 +192,20 @@ def file_class(path: str) -> str | None:
 def is_wrapper_name(name: str) -> bool:
     """True for a well-known allocation wrapper's name (xmalloc, g_malloc, zmalloc…)."""
     return _WRAPPER_NAMES.match(name) is not None
+
+
+@lru_cache(maxsize=1 << 16)  # a program's addresses share names and files
+def is_constructor_name(name: str) -> bool:
+    """True for a name that says the function makes something new: its first or last word
+    (split at ``_``, ``::``, digits and camelCase) is a constructor word (alloc, new,
+    create, dup, make, copy, clone…) or ends in ``alloc``/``dup`` (``kmalloc``, ``sdsdup``).
+    ``leak_new_sessions`` is not one: ``new`` is neither its first nor its last word."""
+    base = name.rsplit("::", 1)[-1].split("(", 1)[0].split("<", 1)[0]
+    words = [w.lower() for w in _WORD.findall(base) if not w.isdigit()]
+    if not words:
+        return False
+    return any(w in _CONSTRUCTOR_WORDS or w.endswith(("alloc", "dup"))
+               for w in {words[0], words[-1]})
 
 
 @lru_cache(maxsize=1 << 16)  # a program's addresses share names and files

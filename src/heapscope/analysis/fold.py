@@ -11,10 +11,34 @@ at the site; the frames before it are kept on the sample as its ``via`` chain, s
 say ``Registry::insert cpp_templates.cpp:41 via std::vector<char>``.
 
 Allocation wrappers are named (:func:`heapscope.analysis.classify.is_wrapper_name`, the
-user's ``--alloc-fn``) or recognised from the profile: a function that is always the first
-frame above the allocator, never anywhere else in any stack, calls the allocator from one
-place only, and is called from at least ``WRAPPER_CALLERS`` different functions.
-``--not-alloc-fn`` overrides both.
+user's ``--alloc-fn``) or recognised from the profile. A stack's *head* is its first frame
+that is not a wrapper; a function F is a wrapper (a thin helper: ``mem_alloc``, or a
+constructor such as ``sdsnewlen`` or ``createObject``) when
+
+- F is never anything but a head: every frame of F in every stack sits directly above the
+  allocator or above wrappers (F does not call other allocating code, nor inline it);
+- F makes its allocating calls from one call site (one source line; one address without
+  lines): a function that allocates in several places does more than wrap;
+- F is called from at least ``WRAPPER_CALLERS`` functions; for the program's own code, from
+  ``CONSTRUCTOR_CALLERS``, or from one when its name says it makes something new
+  (:func:`heapscope.analysis.classify.is_constructor_name`: ``node_new``, ``createObject``)
+  and it allocates through a wrapper, not the allocator itself (``createObject`` over
+  ``zmalloc``: a layer of the program's allocation API; a ``worker_alloc`` that calls
+  calloc in a loop to fill a table is a leak's own line), unless its callers, past any
+  other constructors, are ``main`` (the site would say nothing).
+
+Found wrappers are skipped when the heads are looked for again, so a helper over a wrapper
+(``sdsnewlen`` over ``zmalloc``) is found at the next level, for ``LEVELS`` levels.
+``--not-alloc-fn`` overrides all of this, and ``main`` is never a wrapper.
+
+What a dump cannot tell: whether F returns the memory it allocated (a function that
+allocates and keeps the memory, say in a global table, looks the same as a constructor),
+and whether one caller's memory grows while another's is freed. Each profile is folded
+alone: in a dump where only one of a helper's callers has memory left, the helper calling
+the allocator itself stays the site (the series of a run or ``leaks``, folded as one, sees
+every caller). A single-caller function is left as the site when uncertain: its caller is
+still the next frame of its stack. A folded function is never hidden: it stays in the site's
+``via`` chain, and ``-v`` lists what was folded and why.
 """
 
 from __future__ import annotations
@@ -31,6 +55,7 @@ from heapscope.analysis.classify import (
     LIBRARY,
     OWN,
     Classifier,
+    is_constructor_name,
     is_jni_entry,
     is_wrapper_name,
 )
@@ -44,6 +69,9 @@ SITE = "site"
 RAW = "raw"
 WRAPPER = "wrapper"
 WRAPPER_CALLERS = 3  # distinct calling functions that make a thin allocating leaf a wrapper
+CONSTRUCTOR_CALLERS = 2  # ... when it is the program's own code
+LEVELS = 4  # helpers over wrappers found from the profile, found one level at a time
+DEPTH = 8  # addresses searched for a stack's first frame that is not a wrapper
 
 # Per location, innermost first: (function name, class, named wrapper) of each frame.
 _Info = tuple[tuple[str, str, bool], ...]
@@ -59,6 +87,9 @@ class FramePolicy(NamedTuple):
     own: tuple[str, ...] = ()
     alloc_fn: tuple[str, ...] = ()
     not_alloc_fn: tuple[str, ...] = ()
+    # Functions a whole series showed to be wrappers (a session's report): one dump alone
+    # may not show it (at exit only one of a helper's two callers may still hold memory).
+    known: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, mode: str = SITE, own: Iterable[str] = (), alloc_fn: Iterable[str] = (),
@@ -91,11 +122,12 @@ class FramePolicy(NamedTuple):
 class Wrappers:
     """The functions a fold treated as allocation wrappers, and why."""
 
-    __slots__ = ("found", "named", "user")
+    __slots__ = ("found", "named", "series", "user")
 
     def __init__(self) -> None:
         self.named: set[str] = set()  # a well-known wrapper's name
         self.user: set[str] = set()  # matched --alloc-fn
+        self.series: set[str] = set()  # found over the whole series (FramePolicy.known)
         self.found: dict[str, int] = {}  # from the profile: -> callers
 
     def as_list(self) -> list[dict[str, object]]:
@@ -103,22 +135,36 @@ class Wrappers:
         out: list[dict[str, object]] = [
             {"function": f, "why": "name"} for f in sorted(self.named)]
         out += [{"function": f, "why": "--alloc-fn"} for f in sorted(self.user)]
-        out += [{"function": f, "why": "profile", "callers": n}
-                for f, n in sorted(self.found.items())]
+        out += [{"function": f, "why": "series"} for f in sorted(self.series - self.found.keys())]
+        for f, n in sorted(self.found.items()):
+            entry: dict[str, object] = {"function": f, "why": "profile", "callers": n}
+            if _by_name(f, n):
+                entry["constructor"] = True
+            out.append(entry)
         return out
 
     def describe(self) -> str:
         """One line for ``-v``."""
-        parts = sorted(self.named | self.user) + [
-            f"{f} ({n} callers)" for f, n in sorted(self.found.items())]
+        parts = sorted(self.named | self.user)
+        parts += [f"{f} (over the series)" for f in sorted(self.series - self.found.keys())]
+        for f, n in sorted(self.found.items()):
+            why = f"{n} caller{'s' if n != 1 else ''}"
+            parts.append(f"{f} ({why}, constructor name)" if _by_name(f, n) else f"{f} ({why})")
         return "folded as allocation wrappers: " + ", ".join(parts) if parts else ""
 
     def update(self, other: Wrappers) -> None:
         """Add what another fold found."""
         self.named |= other.named
         self.user |= other.user
+        self.series |= other.series
         for f, n in other.found.items():
             self.found[f] = max(n, self.found.get(f, 0))
+
+
+def _by_name(function: str, callers: int) -> bool:
+    """Whether a wrapper found from the profile needed its constructor name (too few callers
+    to be one without it)."""
+    return callers < CONSTRUCTOR_CALLERS and is_constructor_name(function)
 
 
 class Folded:
@@ -138,13 +184,19 @@ class _Folder:
         own, alloc_fn, not_alloc_fn = policy.compiled()
         self.profile = profile
         main = main_image(profile)
-        self.classifier = Classifier(main, own, search_path(main) if main else ())
+        private = search_path(main) if main else ()
+        self.classifier = Classifier(main, own, private)
+        # Code that is own only by --own is a library the user reads as its author: only
+        # the strict rule folds its helpers.
+        self.by_default = Classifier(main, (), private) if own else self.classifier
         self.alloc_fn = alloc_fn
         self.not_alloc_fn = not_alloc_fn
+        self.known = frozenset(policy.known)
         self.info: dict[int, _Info] = {}
         self.wrappers = Wrappers()
         self.wrapper_names: set[str] = set()
         self.not_wrapper: dict[str, bool] = {}
+        self.frames_at: dict[str, list[tuple[int, int]]] | None = None
         self.candidates: dict[int, tuple[int, int, int, int]] = {}
         self.via_of: dict[int, tuple[ViaFrame, ...]] = {}
         # Equal chains share one tuple, so reports can count them by identity.
@@ -175,50 +227,123 @@ class _Folder:
                 elif is_wrapper_name(name):
                     wrapper = True
                     self.wrappers.named.add(name)
+                elif name in self.known:
+                    wrapper = True
+                    self.wrappers.series.add(name)
             out.append((name or loc.fallback_name, cls.frame_class(loc, f), wrapper))
         got = self.info[a] = tuple(out)
         return got
 
     def find_wrappers(self) -> None:
-        """Mark as wrappers the functions the profile shows to be thin allocating leaves."""
-        # Each distinct (leaf, caller) pair once: dumps repeat them across many stacks.
+        """Mark as wrappers the functions the profile shows to be thin allocating helpers,
+        level by level: a helper over a wrapper found at one level (``sdsnewlen`` over
+        ``zmalloc``) can be found at the next."""
         samples = self.profile.samples
+        # Each distinct (leaf, caller) pair once: dumps repeat them across many stacks.
         pairs = core.leaf_pairs(samples) if core is not None else \
-            {s.stack[:2] for s in samples if s.stack}
+            list(dict.fromkeys(s.stack[:2] for s in samples if s.stack))
+        starts: list[tuple[tuple[int, ...], int]] = [(p, 1) for p in pairs]
+        deep: set[int] = set()
+        for _ in range(LEVELS):
+            # Stacks whose leaf is all wrappers have their first other frame further up:
+            # look at their first DEPTH addresses (and one more, for that frame's caller).
+            wrapped = {p[0] for p in pairs if p[0] not in deep and self._all_wrappers(p[0])}
+            if wrapped:
+                deep |= wrapped
+                more = dict.fromkeys(s.stack[:DEPTH + 1] for s in samples
+                                     if s.stack and s.stack[0] in wrapped)
+                starts += [(st, min(len(st), DEPTH)) for st in more]
+            if not self._find_level(starts):
+                return
+
+    def _all_wrappers(self, a: int) -> bool:
+        return all(w or name in self.wrapper_names for name, _, w in self._info(a))
+
+    def _ends_in_main(self, st: tuple[int, ...], i: int, k: int) -> bool:
+        """Whether the first frame above frame ``k`` of ``st[i]`` that is not a constructor
+        (:func:`is_constructor_name`) is main's (a chain of constructors called by main)."""
+        for j in range(i, len(st)):
+            for name, _, _ in self._info(st[j])[k + 1 if j == i else 0:]:
+                if not is_constructor_name(name):
+                    return name == "main"
+        return False
+
+    def _find_level(self, starts: list[tuple[tuple[int, ...], int]]) -> bool:
+        """One level of :meth:`find_wrappers`; True when it found a wrapper."""
+        # Each stack's head: its first frame that is not a wrapper, searched in the first
+        # ``n`` addresses of its start. Per head function: its callers and call sites.
+        heads: set[tuple[int, int]] = set()
         callers: dict[str, set[str]] = {}
-        sites: dict[str, set[int]] = {}
-        for pair in pairs:
-            leaf = pair[0]
-            first = self._info(leaf)
-            name, kind, wrapper = first[0]
-            if wrapper or kind == LIBRARY or not self.profile.location(leaf).frames:
+        sites: dict[str, set[object]] = {}
+        kinds: dict[str, str] = {}
+        # Where a name alone cannot fold a function: when it calls the allocator itself (a
+        # function that fills a table, named worker_alloc, looks the same from a dump), and
+        # when the constructors' callers end in main, which as the site would say nothing.
+        not_by_name: set[str] = set()
+        found = self.wrapper_names
+        for st, n in starts:
+            head = None
+            for i in range(n):
+                for k, (name, _, wrapper) in enumerate(self._info(st[i])):
+                    if not (wrapper or name in found):
+                        head = i, k
+                        break
+                if head is not None:
+                    break
+            if head is None:
                 continue
-            if len(first) > 1:
-                caller = first[1][0]
-            elif len(pair) > 1:
-                caller = self._info(pair[1])[0][0]
+            i, k = head
+            a = st[i]
+            info = self._info(a)
+            loc = self.profile.location(a)
+            heads.add((a, k))
+            name, kind, _ = info[k]
+            if kind == LIBRARY or not loc.frames or not loc.frames[k].function:
+                continue
+            if k + 1 < len(info):
+                caller = info[k + 1][0]
+            elif i + 1 < len(st):
+                caller = self._info(st[i + 1])[0][0]
             else:
                 continue
+            f = loc.frames[k]
+            # One call site is one line (inlining and code layout may copy a call to
+            # several addresses), or one address when lines are unknown.
             callers.setdefault(name, set()).add(caller)
-            sites.setdefault(name, set()).add(leaf)
-        # A wrapper calls the allocator from one place, for many callers.
-        many = {n: len(c) for n, c in callers.items()
-                if len(c) >= WRAPPER_CALLERS and len(sites[n]) == 1 and n != "main"
-                and not self._vetoed(n)}
-        if not many:
-            return
-        # ... and is never anything but the first frame: not an outer frame of any leaf
-        # location, nor a frame of any return address.
-        inner: set[str] = set()
-        for pair in pairs:
-            inner.update(n for n, _, _ in self._info(pair[0])[1:])
-        for a in self.profile.caller_addresses():
-            loc = self.profile.location(a)
-            inner.update(f.function for f in loc.frames)
-        for name, n in many.items():
-            if name not in inner:
+            sites.setdefault(name, set()).add((f.file, f.line) if f.line else (a, k))
+            if name not in kinds:
+                kinds[name] = kind if kind != OWN or self.by_default is self.classifier \
+                    else self.by_default.frame_class(loc, f)
+            if i == k == 0 or self._ends_in_main(st, i, k):
+                not_by_name.add(name)
+        # A wrapper calls the allocator (or a wrapper) from one place, for many callers;
+        # the program's own code needs fewer callers, or none but its name.
+        cands: dict[str, int] = {}
+        for name, got in callers.items():
+            if len(sites[name]) != 1 or name == "main" or self._vetoed(name):
+                continue
+            n = len(got)
+            if n >= WRAPPER_CALLERS or (kinds[name] == OWN and (
+                    n >= CONSTRUCTOR_CALLERS
+                    or (is_constructor_name(name) and name not in not_by_name))):
+                cands[name] = n
+        if not cands:
+            return False
+        # ... and is never anything but a head: not a caller of other allocating code, nor
+        # a frame that inlined some.
+        if self.frames_at is None:
+            at: dict[str, list[tuple[int, int]]] = {}
+            for a in self.profile.addresses():
+                for k, f in enumerate(self.profile.location(a).frames):
+                    at.setdefault(f.function, []).append((a, k))
+            self.frames_at = at
+        new = False
+        for name, n in cands.items():
+            if all(x in heads for x in self.frames_at.get(name, ())):
                 self.wrapper_names.add(name)
                 self.wrappers.found[name] = n
+                new = True
+        return new
 
     def _candidates(self, a: int) -> tuple[int, int, int, int]:
         """Frame indexes in address ``a`` of its first own, JNI entry, dependency and any

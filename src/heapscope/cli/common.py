@@ -15,6 +15,7 @@ from heapscope.errors import InputError, UsageError
 from heapscope.inputs import per_process as per_process
 from heapscope.inputs import processes_title as processes_title
 from heapscope.inputs import recorded_facts as recorded_facts
+from heapscope.inputs import series_wrappers
 from heapscope.inputs import session_aliases as session_aliases
 from heapscope.inputs import session_facts as session_facts
 from heapscope.model import Profile
@@ -296,6 +297,9 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     frame)."""
     opts = symbol_options(args, paths)
     policy = frame_policy(args) if fold else FramePolicy(mode="raw")
+    if policy.mode == "site":
+        # A session's dump is folded with the wrappers its whole series showed.
+        policy = policy._replace(known=series_wrappers(paths))
     thread = getattr(args, "thread", None)
     # Stored results pay off on a few dumps looked at again; a long series would only push
     # them out of the cache.
