@@ -166,6 +166,8 @@ class SeriesRounds:
         if pause is not None:
             self.max_pause = max(pause, self.max_pause or 0.0)
         dumps = {pid: len(paths) for pid, paths in dumps_on_disk(self.folder).items()}
+        for pid in pids:  # asked, its dumps kept apart until the end (or none yet)
+            dumps.setdefault(pid, 0)
         if self.growth is not None:
             self.growth.poke()
         self.reporter.round(RoundStatus(

@@ -189,6 +189,81 @@ def test_attach_watch_reports_the_leak(service: Service, tmp_path: Path) -> None
     assert len(list((session / "dumps").glob(f"jeprof.{service.pid}.*.heap"))) == 6
 
 
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _descendant(cmdline: str, ancestor: int) -> int | None:
+    """The host pid of the descendant of ``ancestor`` whose whole command line is
+    ``cmdline``."""
+    want = cmdline.encode() + b"\0"
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read() != want:
+                    continue
+        except OSError:
+            continue
+        pid = int(name)
+        while pid > 1 and pid != ancestor:
+            pid = _ppid(pid)
+        if pid == ancestor:
+            return int(name)
+    return None
+
+
+def test_run_every_follows_a_child_into_its_root(root: Path, libjemalloc: Path,
+                                                 tmp_path: Path) -> None:
+    """heapscope run starts the container itself (unshare + chroot): the service, in its own
+    root and PID namespace, gets its rounds of dumps and its dump at exit through a folder
+    inside its root, named with the host's pid, and its code is named from the files in its
+    root; nothing is left inside it."""
+    before = _walk(root)
+    session = tmp_path / "s"
+    argv = [*je.HEAPSCOPE_CMD, "run", "-o", str(session), "--sample", "4k", "--every",
+            "0.5", "--", "unshare", "--mount", "--pid", "--fork", "--kill-child",
+            f"--mount-proc={root}/proc", "chroot", str(root), EXE]
+    env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
+    env["HEAPSCOPE_CACHE_DIR"] = str(tmp_path / "cache")
+    run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    # Rounds every 0.5 s for 4 s once the service runs, then SIGTERM to it, as its operator
+    # would (unshare --fork ignores SIGTERM while it waits): it writes its dump at exit.
+    deadline = time.monotonic() + 60
+    try:
+        while (svc := _descendant(EXE, run.pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert svc is not None, "the service did not start"
+        time.sleep(4)
+        os.kill(svc, signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:  # a failure above: leave nothing running
+            if (left := _descendant(EXE, run.pid)) is not None:
+                os.kill(left, signal.SIGKILL)
+            run.kill()
+            run.communicate()
+    assert "Traceback" not in err, err
+    doc = json.loads((session / "report.json").read_text())
+    svc = [p for p in doc["processes"] if p["exe"] == EXE or p["cmdline"][:1] == [EXE]]
+    assert len(svc) == 1, (doc["processes"], err)
+    pid = svc[0]["pid"]
+    dumps = sorted(p.name for p in (session / "dumps").glob(f"jeprof.{pid}.*.heap"))
+    # Named with the host pid (jemalloc named them with pid 1, its own), the exit dump too.
+    assert len(dumps) >= 5 and any(".f.heap" in d for d in dumps), (dumps, err)
+    first = doc["suspects"][0]
+    assert (first["function"], first["line"], first["pid"]) == \
+        ("leak_in_container", LEAK_LINE, pid), (doc["suspects"][:2], err)
+    assert first["verdict"] in ("leak", "growing"), first
+    assert _walk(root) == before
+
+
 def test_a_root_only_its_namespace_sees(root: Path, libjemalloc: Path, tmp_path: Path) -> None:
     """The service's root is a tmpfs mounted only in its namespace (the host sees an empty
     folder): modules are read through /proc/PID/root while it runs; after it exits the

@@ -275,6 +275,25 @@ class Drop:
         self.close()
 
 
+def dump_module_paths(dump: str) -> set[str]:
+    """The files a dump's memory map names as mapped executable (the process's own view)."""
+    from heapscope.formats.maps import parse_maps_line
+
+    out: set[str] = set()
+    try:
+        with open(dump, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                if line.startswith("MAPPED_LIBRARIES:"):
+                    break
+            for line in f:
+                m = parse_maps_line(line)
+                if m is not None and "x" in m.perms and m.path.startswith("/"):
+                    out.add(m.path)
+    except OSError:
+        return set()
+    return out
+
+
 def container_modules(pid: int, dump: str) -> dict[str, str]:
     """The executable file mappings of a live target in another root, by the paths its dump
     names them with (its own view): path -> ``/proc/PID/map_files/<range>``, the mapped file

@@ -196,7 +196,9 @@ def run_session(cmd: list[str], opts: RunOptions,
             f.write("\n".join(summaries) + "\n")
     notes = _unwritable_dumps(summaries, owner) + moved_notes
     users = dict(moved.users) if moved is not None else {}
-    return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes, users)
+    roots = dict(moved.roots) if moved is not None else {}
+    return _collect(path, cmd, opts, lib, result, manifest, summaries, progress, notes, users,
+                    roots)
 
 
 def _dumps_from_outside(pids: list[int], moved: UserDumps | None = None,
@@ -262,6 +264,29 @@ def _final_dumps(dumps_dir: str) -> dict[int, list[str]]:
     return {pid: paths for pid, paths in group_by_pid(names).items() if pid is not None}
 
 
+def _rooted_modules(by_pid: dict[int, list[str]], roots: dict[int, str]
+                    ) -> dict[str, dict[str, Any]]:
+    """Module facts, with their root, of the files the processes in another root mapped
+    (named in their dumps by the paths they saw), read inside that root. A path that a
+    process in heapscope's own root mapped too is left to the host's file: the session
+    records one file per path."""
+    from heapscope.capture.container import dump_module_paths
+    from heapscope.symbols.rooted import resolve_in_root
+
+    if not roots:
+        return {}
+    seen: dict[int, set[str]] = {pid: dump_module_paths(dumps[-1])
+                                 for pid, dumps in by_pid.items() if dumps}
+    host = {p for pid, paths in seen.items() if pid not in roots for p in paths}
+    out: dict[str, dict[str, Any]] = {}
+    for pid, root in sorted(roots.items()):
+        found = {p: f for p in sorted(seen.get(pid, set()) - host)
+                 if (f := resolve_in_root(root, p)) is not None}
+        for p, facts in sess.module_facts(found).items():
+            out.setdefault(p, {**facts, "root": root})
+    return out
+
+
 def _module_paths(profiles: list[Profile]) -> dict[str, str]:
     # A mapping the dump marks "(deleted)" was replaced while the program ran: the file now
     # at its path is not the one that ran, so nothing is recorded for it.
@@ -273,9 +298,14 @@ def _module_paths(profiles: list[Profile]) -> dict[str, str]:
 def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
              result: RunResult, manifest: dict[str, Any], summaries: list[str],
              progress: Callable[[str, int, int], None] | None,
-             notes: list[str], moved_users: dict[int, int]) -> SessionResult:
+             notes: list[str], moved_users: dict[int, int],
+             roots: dict[int, str] | None = None) -> SessionResult:
     dumps_dir = os.path.join(path, "dumps")
     by_pid = _final_dumps(dumps_dir)
+    # Processes that ran in another root (a chroot): their files are found inside it.
+    rooted = _rooted_modules(by_pid, roots or {})
+    if rooted:
+        manifest["modules"] = {**rooted, **manifest.get("modules", {})}
     notes = notes + _notes(result, lib, by_pid) + result.problems
     sess.collect_perf_maps(path, sorted(by_pid))
     procs = result.watcher.procs
@@ -284,6 +314,8 @@ def _collect(path: str, cmd: list[str], opts: RunOptions, lib: JemallocLib,
     diagnostics: list[Diagnostic] = []
     all_series: list[ProcessSeries] = []
     symbols = opts.symbol_options if opts.symbolize else SymbolOptions(cache_dir=None)
+    if rooted:
+        symbols = symbols.with_recorded(sess.recorded_facts({"modules": rooted}))
     for pid, dumps in sorted(by_pid.items()):
         try:
             # Each dump read is counted (progress says "reading dumps of pid P, k/n").

@@ -9,6 +9,12 @@ jemalloc 5.3): ``dumps-UID/`` (mode 0700, that user's) inside the helper's socke
 which others may pass through but not list. When the run ends heapscope copies the dumps
 found there into ``dumps/`` itself, each only if it is a regular file that user owns (opened
 without following links), and the folder goes with the socket folder.
+
+A process that entered another root (``chroot``, a container started by the program:
+``unshare … chroot ROOT /app/svc``) cannot see ``dumps/`` either, whatever its user: it is
+pointed at a private folder inside its own root (:class:`heapscope.capture.container.Drop`),
+held open by descriptor, so its dumps, the one at exit included, are copied out when the run
+ends, renamed from the pid it has in its namespace to the host's, and the folder removed.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from typing import TYPE_CHECKING
 
 from heapscope.errors import HeapscopeError
+
+if TYPE_CHECKING:
+    from heapscope.capture.container import Drop
 
 FOLDER = "dumps-{uid}"
 MAX_DUMP = 1 << 32  # a dump bigger than this is not copied (the readers' own limit)
@@ -55,11 +65,16 @@ class UserDumps:
         self.folders: dict[int, str] = {}  # uid -> its folder
         self.pointed: dict[int, int] = {}  # pid -> the uid its prefix was set for
         self.users: dict[int, int] = {}  # pid -> the uid last seen, when not the owner's
+        self.drops: dict[int, tuple[Drop, int]] = {}  # pid in another root -> (folder, nspid)
+        self.roots: dict[int, str] = {}  # pid -> its root as a lasting host path (a chroot)
         self.lock = threading.Lock()
 
     def prefix_for(self, pid: int) -> str | None:
         """The ``prof.prefix`` ``pid`` needs, or None when it can write ``dumps/`` (it runs
-        as the dumps' owner, or as root)."""
+        as the dumps' owner, or as root, in heapscope's own root)."""
+        confined = self._drop_for(pid)
+        if confined is not None:
+            return confined
         ids = effective_ids(pid)
         if ids is None or ids[0] in (self.owner_uid, 0):
             return None
@@ -71,6 +86,29 @@ class UserDumps:
                 folder = self._make(uid, gid)
                 self.folders[uid] = folder
         return os.path.join(folder, "jeprof")
+
+    def _drop_for(self, pid: int) -> str | None:
+        """The prefix inside its own root for a process in another root, else None."""
+        with self.lock:
+            got = self.drops.get(pid)
+            if got is not None:
+                return got[0].path("jeprof")
+        from heapscope.capture.container import ContainerError, Drop, confinement
+
+        # Asked again each time (two readlinks, two stats): a process may chroot after it
+        # was first seen (unshare's child, before it execs the service).
+        where = confinement(pid)
+        if where is None:
+            return None
+        try:
+            drop = Drop(pid, effective_ids(pid))
+        except (ContainerError, OSError):
+            return None  # the rounds note the failed dumps; the report names the process
+        with self.lock:
+            self.drops[pid] = (drop, where.inner_pid)
+            if where.lasting_root:
+                self.roots[pid] = where.root
+        return drop.path("jeprof")
 
     def _make(self, uid: int, gid: int) -> str:
         path = os.path.join(self.base, FOLDER.format(uid=uid))
@@ -92,7 +130,11 @@ class UserDumps:
         todo: dict[int, str] = {}
         for pid in pids:
             prefix = self.prefix_for(pid)
-            if prefix is not None and self.pointed.get(pid) != self.users.get(pid):
+            if prefix is None:
+                continue
+            # pointed: the uid its prefix was set for; -1 for its folder in another root
+            want = -1 if pid in self.drops else self.users.get(pid)
+            if self.pointed.get(pid) != want:
                 todo[pid] = prefix
         if not todo:
             return
@@ -103,7 +145,7 @@ class UserDumps:
             return
         for pid, r in got.items():
             if not isinstance(r, HeapscopeError) and r.rcs.get("prof.prefix", 0) == 0:
-                self.pointed[pid] = self.users[pid]
+                self.pointed[pid] = -1 if pid in self.drops else self.users[pid]
 
     def collect(self, dumps_dir: str) -> list[str]:
         """Copy the dumps the switched processes wrote into ``dumps_dir``; notes on what
@@ -113,9 +155,22 @@ class UserDumps:
         try:
             for uid, folder in sorted(self.folders.items()):
                 notes += _copy_folder(folder, uid, out)
+            for pid, (drop, nspid) in sorted(self.drops.items()):
+                try:
+                    notes += _copy_drop(drop, pid, nspid, out)
+                finally:
+                    drop.close()  # nothing of heapscope's is left inside the container
+            self.drops.clear()
         finally:
             os.close(out)
         return notes
+
+    def close(self) -> None:
+        """Remove the folders made inside other roots (when the run ends without
+        :meth:`collect`)."""
+        for drop, _ in self.drops.values():
+            drop.close()
+        self.drops.clear()
 
 
 def _copy_folder(folder: str, uid: int, out: int) -> list[str]:
@@ -136,7 +191,23 @@ def _copy_folder(folder: str, uid: int, out: int) -> list[str]:
     return notes
 
 
-def _copy_one(name: str, src: int, uid: int, out: int) -> str | None:
+def _copy_drop(drop: Drop, pid: int, nspid: int, out: int) -> list[str]:
+    """Copy the dumps a process in another root wrote into its folder there, named with
+    the host's pid instead of the one it has in its namespace."""
+    notes: list[str] = []
+    uid = os.fstat(drop.fd).st_uid
+    theirs = f"jeprof.{nspid}."
+    for name in sorted(os.listdir(drop.fd)):
+        if not name.startswith(theirs) or not name.endswith(".heap") or "/" in name:
+            continue
+        host_name = f"jeprof.{pid}.{name[len(theirs):]}"
+        problem = _copy_one(name, drop.fd, uid, out, host_name)
+        if problem:
+            notes.append(f"pid {pid}: {drop.path(name)} inside its root: {problem}")
+    return notes
+
+
+def _copy_one(name: str, src: int, uid: int, out: int, as_name: str = "") -> str | None:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=src)
     except OSError as e:
@@ -150,8 +221,8 @@ def _copy_one(name: str, src: int, uid: int, out: int) -> str | None:
         if st.st_size > MAX_DUMP:
             return f"not copied ({st.st_size} bytes)"
         try:
-            dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                          dir_fd=out)
+            dst = os.open(as_name or name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                          | os.O_NOFOLLOW, 0o600, dir_fd=out)
         except FileExistsError:
             return "not copied (dumps/ has a dump of that name)"
         try:
