@@ -381,6 +381,7 @@ def main() -> int:
 
     stacks = args.stacks or (LARGE_STACKS if args.large else MEDIUM_STACKS)
     large = stacks >= LARGE_STACKS
+    args.work = args.work.resolve()  # the program runs in its run folder: paths absolute
     args.work.mkdir(parents=True, exist_ok=True)
     binary, dump = prepare(args.work, stacks, args.repeat, args.fresh)
 
