@@ -75,6 +75,8 @@ DEPTH = 8  # addresses searched for a stack's first frame that is not a wrapper
 
 # Per location, innermost first: (function name, class, named wrapper) of each frame.
 _Info = tuple[tuple[str, str, bool], ...]
+# What one stack says of its head (see _Folder._head).
+_Head = tuple[tuple[int, int], str, str | None, object, str, bool]
 
 
 # FramePolicy is a NamedTuple, Wrappers and Folded plain classes, not dataclasses:
@@ -237,24 +239,98 @@ class _Folder:
     def find_wrappers(self) -> None:
         """Mark as wrappers the functions the profile shows to be thin allocating helpers,
         level by level: a helper over a wrapper found at one level (``sdsnewlen`` over
-        ``zmalloc``) can be found at the next."""
+        ``zmalloc``) can be found at the next.
+
+        Each level looks again only at what the last one changed: the stacks whose head
+        (first frame that is not a wrapper) it found to be a wrapper, and the leaves that
+        may now be wrappers through and through."""
         samples = self.profile.samples
         # Each distinct (leaf, caller) pair once: dumps repeat them across many stacks.
         pairs = core.leaf_pairs(samples) if core is not None else \
             list(dict.fromkeys(s.stack[:2] for s in samples if s.stack))
         starts: list[tuple[tuple[int, ...], int]] = [(p, 1) for p in pairs]
+        heads: list[_Head | None] = []
+        by_head: dict[str, list[int]] = {}  # head function -> the starts it heads
+        leaves = list(dict.fromkeys(p[0] for p in pairs))
+        leaves_of: dict[str, list[int]] = {}  # function -> leaf addresses showing it
+        for a in leaves:
+            for name, _, _ in self._info(a):
+                leaves_of.setdefault(name, []).append(a)
         deep: set[int] = set()
+        fresh: set[str] | None = None  # what the last level found (None before the first)
+        todo: list[int] = []
         for _ in range(LEVELS):
             # Stacks whose leaf is all wrappers have their first other frame further up:
             # look at their first DEPTH addresses (and one more, for that frame's caller).
-            wrapped = {p[0] for p in pairs if p[0] not in deep and self._all_wrappers(p[0])}
+            maybe = leaves if fresh is None else \
+                list(dict.fromkeys(a for n in fresh for a in leaves_of.get(n, ())))
+            wrapped = {a for a in maybe if a not in deep and self._all_wrappers(a)}
+            if fresh is not None:
+                todo = [i for n in fresh for i in by_head.pop(n, ())]
             if wrapped:
                 deep |= wrapped
                 more = dict.fromkeys(s.stack[:DEPTH + 1] for s in samples
                                      if s.stack and s.stack[0] in wrapped)
+                todo += range(len(starts), len(starts) + len(more))
                 starts += [(st, min(len(st), DEPTH)) for st in more]
-            if not self._find_level(starts):
+                heads += [None] * len(more)
+            if fresh is None:
+                todo = list(range(len(starts)))
+                heads = [None] * len(starts)
+            for i in todo:
+                st, n = starts[i]
+                if n == 1 and st[0] in deep:
+                    # A leaf that is all wrappers heads nothing: the deeper start of the
+                    # same stacks, added above, looks further up.
+                    heads[i] = None
+                    continue
+                got = heads[i] = self._head(st, n)
+                if got is not None:
+                    by_head.setdefault(got[1], []).append(i)
+            found = self._find_level(heads)
+            if not found:
                 return
+            fresh = found
+
+    def _head(self, st: tuple[int, ...], n: int) -> _Head | None:
+        """What one stack says of its head, the first frame that is not a wrapper among its
+        first ``n`` addresses: ((address, frame), function, its caller, its call site, its
+        class, whether a name alone may not fold it); None without a head. The caller is
+        None where the head says nothing of callers (library code, no symbol, no caller)."""
+        found = self.wrapper_names
+        head = None
+        for i in range(n):
+            for k, (name, _, wrapper) in enumerate(self._info(st[i])):
+                if not (wrapper or name in found):
+                    head = i, k
+                    break
+            if head is not None:
+                break
+        if head is None:
+            return None
+        i, k = head
+        a = st[i]
+        info = self._info(a)
+        loc = self.profile.location(a)
+        name, kind, _ = info[k]
+        if kind == LIBRARY or not loc.frames or not loc.frames[k].function:
+            return (a, k), name, None, None, kind, False
+        if k + 1 < len(info):
+            caller = info[k + 1][0]
+        elif i + 1 < len(st):
+            caller = self._info(st[i + 1])[0][0]
+        else:
+            return (a, k), name, None, None, kind, False
+        f = loc.frames[k]
+        # One call site is one line (inlining and code layout may copy a call to several
+        # addresses), or one address when lines are unknown.
+        site: object = (f.file, f.line) if f.line else (a, k)
+        if kind == OWN and self.by_default is not self.classifier:
+            kind = self.by_default.frame_class(loc, f)
+        # Where a name alone cannot fold a function: when it calls the allocator itself (a
+        # function that fills a table, named worker_alloc, looks the same from a dump), and
+        # when the constructors' callers end in main, which as the site would say nothing.
+        return (a, k), name, caller, site, kind, i == k == 0 or self._ends_in_main(st, i, k)
 
     def _all_wrappers(self, a: int) -> bool:
         return all(w or name in self.wrapper_names for name, _, w in self._info(a))
@@ -268,81 +344,53 @@ class _Folder:
                     return name == "main"
         return False
 
-    def _find_level(self, starts: list[tuple[tuple[int, ...], int]]) -> bool:
-        """One level of :meth:`find_wrappers`; True when it found a wrapper."""
-        # Each stack's head: its first frame that is not a wrapper, searched in the first
-        # ``n`` addresses of its start. Per head function: its callers and call sites.
-        heads: set[tuple[int, int]] = set()
+    def _find_level(self, heads: list[_Head | None]) -> set[str]:
+        """One level of :meth:`find_wrappers` over what each stack says of its head; the
+        functions it found to be wrappers."""
+        at: set[tuple[int, int]] = set()
         callers: dict[str, set[str]] = {}
         sites: dict[str, set[object]] = {}
         kinds: dict[str, str] = {}
-        # Where a name alone cannot fold a function: when it calls the allocator itself (a
-        # function that fills a table, named worker_alloc, looks the same from a dump), and
-        # when the constructors' callers end in main, which as the site would say nothing.
         not_by_name: set[str] = set()
-        found = self.wrapper_names
-        for st, n in starts:
-            head = None
-            for i in range(n):
-                for k, (name, _, wrapper) in enumerate(self._info(st[i])):
-                    if not (wrapper or name in found):
-                        head = i, k
-                        break
-                if head is not None:
-                    break
-            if head is None:
+        for got in heads:
+            if got is None:
                 continue
-            i, k = head
-            a = st[i]
-            info = self._info(a)
-            loc = self.profile.location(a)
-            heads.add((a, k))
-            name, kind, _ = info[k]
-            if kind == LIBRARY or not loc.frames or not loc.frames[k].function:
+            where, name, caller, site, kind, nbn = got
+            at.add(where)
+            if caller is None:
                 continue
-            if k + 1 < len(info):
-                caller = info[k + 1][0]
-            elif i + 1 < len(st):
-                caller = self._info(st[i + 1])[0][0]
-            else:
-                continue
-            f = loc.frames[k]
-            # One call site is one line (inlining and code layout may copy a call to
-            # several addresses), or one address when lines are unknown.
             callers.setdefault(name, set()).add(caller)
-            sites.setdefault(name, set()).add((f.file, f.line) if f.line else (a, k))
-            if name not in kinds:
-                kinds[name] = kind if kind != OWN or self.by_default is self.classifier \
-                    else self.by_default.frame_class(loc, f)
-            if i == k == 0 or self._ends_in_main(st, i, k):
+            sites.setdefault(name, set()).add(site)
+            kinds.setdefault(name, kind)
+            if nbn:
                 not_by_name.add(name)
         # A wrapper calls the allocator (or a wrapper) from one place, for many callers;
         # the program's own code needs fewer callers, or none but its name.
         cands: dict[str, int] = {}
-        for name, got in callers.items():
+        for name, got_callers in callers.items():
             if len(sites[name]) != 1 or name == "main" or self._vetoed(name):
                 continue
-            n = len(got)
+            n = len(got_callers)
             if n >= WRAPPER_CALLERS or (kinds[name] == OWN and (
                     n >= CONSTRUCTOR_CALLERS
                     or (is_constructor_name(name) and name not in not_by_name))):
                 cands[name] = n
         if not cands:
-            return False
+            return set()
         # ... and is never anything but a head: not a caller of other allocating code, nor
         # a frame that inlined some.
         if self.frames_at is None:
-            at: dict[str, list[tuple[int, int]]] = {}
+            frames_at: dict[str, list[tuple[int, int]]] = {}
             for a in self.profile.addresses():
                 for k, f in enumerate(self.profile.location(a).frames):
-                    at.setdefault(f.function, []).append((a, k))
-            self.frames_at = at
-        new = False
+                    frames_at.setdefault(f.function, []).append((a, k))
+            self.frames_at = frames_at
+        new: set[str] = set()
         for name, n in cands.items():
-            if all(x in heads for x in self.frames_at.get(name, ())):
+            if all(x in at for x in self.frames_at.get(name, ())):
                 self.wrapper_names.add(name)
                 self.wrappers.found[name] = n
-                new = True
+                new.add(name)
         return new
 
     def _candidates(self, a: int) -> tuple[int, int, int, int]:
