@@ -189,7 +189,7 @@ def test_timeline_of_many_processes(fleet: Fleet, tmp_path: Path) -> None:
     assert blocks <= heap_sum.points[-1][1] <= blocks + len(members) * 160 * 1024
 
     # Each panel is scaled to its own lines: the leaker's heap rises over most of its panel,
-    # and the sums reach the top of theirs.
+    # and the sums reach the upper part of theirs.
     plots = {r.attrib["data-panel"]: r for r in root.iter(f"{SVG}rect")
              if r.get("class") == "plot"}
     assert set(plots) == {"rss", "heap", "sum-rss", "sum-heap"}
@@ -211,7 +211,9 @@ def test_timeline_of_many_processes(fleet: Fleet, tmp_path: Path) -> None:
         g = next(g for g in groups if g.attrib["class"] == f"series {kind} sum")
         assert g.attrib["data-members"] == str(len(rss_sum.members if kind == "rss"
                                                    else heap_sum.members))
-        assert share(f"sum-{kind}", polyline(g))[1] >= 0.75
+        # A sum's panel has three ticks: its axis ends at the first whole step above the
+        # line's top, so the line fills more than 2/3 of the panel whatever its values.
+        assert share(f"sum-{kind}", polyline(g))[1] >= 0.66
 
     # The title: program, processes, dumps and their span.
     dumps = [n for n in os.listdir(fleet.session / "dumps") if n.endswith(".heap")]
