@@ -13,8 +13,10 @@ import pytest
 
 from heapscope.cli import common
 from heapscope.model import Profile, Sample
-from heapscope.symbols import SymbolOptions, symbolize
-from heapscope.symbols.hints import Missing, debug_hints, os_release
+from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
+from heapscope.symbols import hints as hints_module
+from heapscope.symbols.hints import Missing, cached_owners, debug_hints, dpkg_owners, os_release
+from heapscope.symbols.options import NO_DEBUG_INFO
 
 from .test_symbols_support import LIB_BASE, build_c, functions, mappings_for, need, profile, run
 
@@ -24,8 +26,10 @@ LIBZ = "/usr/lib/x86_64-linux-gnu/libz.so.1"
 
 @pytest.fixture(autouse=True)
 def fresh_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test is a new command: no module hinted about yet."""
+    """Each test is a new command: no module hinted about yet, no cache folder for dpkg's
+    answers."""
     monkeypatch.setattr(common, "_hinted", set())
+    monkeypatch.setattr(common, "_hint_cache", None)
 
 
 def opts(tmp: Path) -> SymbolOptions:
@@ -140,3 +144,146 @@ def test_debian_library_hint_names_its_dbgsym_package(
     assert "install zlib1g-dbgsym" in line
     assert "deb http://deb.debian.org/debian-debug bookworm-debug main" in line
     assert "DEBUGINFOD_URLS=https://debuginfod.debian.net" in line
+
+
+class Asker:
+    """A stand-in for dpkg: fixed owners, and every list of files it was asked about."""
+
+    def __init__(self, owners: dict[str, str], fail: bool = False) -> None:
+        self.owners = owners
+        self.fail = fail
+        self.asked: list[list[str]] = []
+
+    def __call__(self, paths: Sequence[str]) -> dict[str, str] | None:
+        self.asked.append(list(paths))
+        if self.fail:
+            return None
+        return {p: self.owners[p] for p in paths if p in self.owners}
+
+
+def owner_files(tmp: Path) -> tuple[str, str, str, str]:
+    """A cache folder, dpkg's status file, a file a package owns and one none owns."""
+    status = tmp / "status"
+    status.write_text("Package: zlib1g\n")
+    owned, unowned = tmp / "libowned.so", tmp / "libmine.so"
+    owned.write_bytes(b"\x7fELF owned")
+    unowned.write_bytes(b"\x7fELF mine")
+    return str(tmp / "cache"), str(status), str(owned), str(unowned)
+
+
+def test_cached_owners_asks_dpkg_once_per_file(tmp_path: Path) -> None:
+    cache, status, owned, unowned = owner_files(tmp_path)
+    dpkg = Asker({owned: "zlib1g"})
+
+    first = cached_owners(cache, dpkg, status)([owned, unowned])
+    # A later command (a new function, the same folder): the answers, no question.
+    again = cached_owners(cache, dpkg, status)([owned, unowned])
+
+    assert first == again == {owned: "zlib1g"}
+    assert dpkg.asked == [[owned, unowned]]
+    # One more file: only it is asked about.
+    other = tmp_path / "libother.so"
+    other.write_bytes(b"\x7fELF other")
+    assert cached_owners(cache, dpkg, status)([owned, str(other)]) == {owned: "zlib1g"}
+    assert dpkg.asked == [[owned, unowned], [str(other)]]
+
+
+def test_cached_owner_is_asked_again_when_the_file_or_dpkg_changes(tmp_path: Path) -> None:
+    cache, status, owned, unowned = owner_files(tmp_path)
+    dpkg = Asker({owned: "zlib1g"})
+    cached_owners(cache, dpkg, status)([owned, unowned])
+
+    Path(unowned).write_bytes(b"\x7fELF mine, rebuilt")  # a new size
+    assert cached_owners(cache, dpkg, status)([owned, unowned]) == {owned: "zlib1g"}
+    assert dpkg.asked[1:] == [[unowned]]
+
+    Path(status).write_text("Package: zlib1g\nPackage: zlib1g-dbgsym\n")  # an install
+    dpkg.owners[unowned] = "mine"
+    assert cached_owners(cache, dpkg, status)([owned, unowned]) == {owned: "zlib1g",
+                                                                     unowned: "mine"}
+    assert dpkg.asked[2:] == [[owned, unowned]]
+
+
+def test_cached_owners_keeps_no_failed_answer_and_no_cache_asks_always(tmp_path: Path) -> None:
+    cache, status, owned, _ = owner_files(tmp_path)
+    broken = Asker({}, fail=True)
+    assert cached_owners(cache, broken, status)([owned]) == {}
+    dpkg = Asker({owned: "zlib1g"})
+    assert cached_owners(cache, dpkg, status)([owned]) == {owned: "zlib1g"}
+    assert dpkg.asked == [[owned]]  # the failure left nothing behind
+
+    uncached = Asker({owned: "zlib1g"})
+    for _ in range(2):
+        assert cached_owners(None, uncached, status)([owned]) == {owned: "zlib1g"}
+    assert uncached.asked == [[owned], [owned]]
+
+
+def test_cached_owners_ignores_a_file_others_could_have_written(tmp_path: Path) -> None:
+    cache, status, owned, _ = owner_files(tmp_path)
+    dpkg = Asker({owned: "zlib1g"})
+    cached_owners(cache, dpkg, status)([owned])
+    stored = Path(cache, *hints_module.OWNERS_FILE)
+    text = stored.read_text()
+    assert '"zlib1g"' in text
+    # Planted by someone who could write it: a wrong package name in every later hint.
+    stored.write_text(text.replace('"zlib1g"', '"evil"'))
+    stored.chmod(0o666)
+
+    assert cached_owners(cache, dpkg, status)([owned]) == {owned: "zlib1g"}
+    assert len(dpkg.asked) == 2
+
+
+def test_hint_text_is_the_same_from_the_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, status, owned, _ = owner_files(tmp_path)
+    missing = [Missing("libowned.so", owned, "ab12")]
+    release = {"ID": "debian", "VERSION_CODENAME": "bookworm"}
+    direct = debug_hints(missing, owners=Asker({owned: "zlib1g"}), release=release)
+    dpkg = Asker({owned: "zlib1g"})
+    cold = debug_hints(missing, owners=cached_owners(cache, dpkg, status), release=release)
+    warm = debug_hints(missing, owners=cached_owners(cache, dpkg, status), release=release)
+    assert direct == cold == warm == {owned: (
+        "hint: libowned.so: no debug info; to get names, install zlib1g-dbgsym (from "
+        "'deb http://deb.debian.org/debian-debug bookworm-debug main'), or set "
+        "DEBUGINFOD_URLS=https://debuginfod.debian.net, or pass --debug-dir DIR with its "
+        "debug file")}
+    assert len(dpkg.asked) == 1
+
+
+def test_real_dpkg_answer_is_kept_in_the_cache_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("dpkg-query") is None or not Path(hints_module.DPKG_STATUS).exists():
+        pytest.skip("needs dpkg")
+    if not Path(LIBZ).exists():
+        pytest.skip(f"{LIBZ} is not installed")
+    expected = dpkg_owners([LIBZ])
+    assert expected.get(LIBZ, "").startswith("zlib1g")
+    cache = str(tmp_path / "cache")
+    assert cached_owners(cache)([LIBZ]) == expected
+    # dpkg gone: the answer comes from the cache folder alone.
+    monkeypatch.setattr(hints_module.shutil, "which", lambda name: None)
+    assert dpkg_owners([LIBZ]) == {}
+    assert cached_owners(cache)([LIBZ]) == expected
+
+
+def test_print_debug_hints_uses_the_commands_cache_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, status, owned, _ = owner_files(tmp_path)
+    dpkg = Asker({owned: "zlib1g"})
+    monkeypatch.setattr(hints_module, "_dpkg_query", dpkg)
+    monkeypatch.setattr(hints_module, "DPKG_STATUS", status)
+    monkeypatch.setattr(hints_module, "os_release",
+                        lambda: {"ID": "debian", "VERSION_CODENAME": "bookworm"})
+    monkeypatch.setattr(common, "_hint_cache", cache)
+    diags = [Diagnostic("libowned.so", "info", NO_DEBUG_INFO, path=owned, share=0.5)]
+    for _ in range(2):
+        monkeypatch.setattr(common, "_hinted", set())  # two commands
+        common.print_debug_hints(diags)
+    lines = hint_lines(capsys.readouterr().err)
+    assert lines == ["heapscope: hint: libowned.so: no debug info; to get names, install "
+                     "zlib1g-dbgsym (from 'deb http://deb.debian.org/debian-debug "
+                     "bookworm-debug main'), or pass --debug-dir DIR with its debug file"] * 2
+    assert dpkg.asked == [[owned]]

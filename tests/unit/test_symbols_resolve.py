@@ -401,6 +401,7 @@ def test_a_module_looked_up_in_several_runs_gets_the_same_names(
     whole = symbolize(profile(stacks, maps), opts(tmp_path))
     backend = CountingBackend()
     monkeypatch.setattr("heapscope.symbols.resolve.CHUNK", 25)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # cores to spare for the parts
     parts = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
     runs = [n for path, n in backend.calls if path == str(pie)]
     assert len(runs) >= 2 and sum(runs) > 50  # the program's lookup was split
@@ -505,3 +506,69 @@ def test_the_helper_library_of_a_finished_run_is_found_in_the_package() -> None:
     other.build_id = "ab" * 20
     Locator(SymbolOptions(cache_dir=None), [other], "/usr/bin/true").locate(other)
     assert other.elf is None and other.diagnostics
+
+
+@pytest.mark.parametrize(("cores", "pie_runs"), [(2, 1), (3, 2)])
+def test_a_module_is_split_only_over_cores_no_other_run_holds(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        cores: int, pie_runs: int) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr("heapscope.symbols.resolve.SMALL", 30)
+    monkeypatch.setattr("heapscope.symbols.resolve.CHUNK", 25)
+    pie = built["pie"]
+    libs = [build_c("inline.c", tmp_path / f"lib{k}.so", "-O1", "-g", "-fPIC", "-shared")
+            for k in range(2)]
+    maps = mappings_for(pie, EXE_BASE) + [
+        m for k, lib in enumerate(libs) for m in mappings_for(lib, LIB_BASE + k * 0x10000000)]
+    code = [m for m in maps if m.executable]
+    # 60 addresses in the program (two CHUNKs: at most two parts), 5 in each library (one
+    # shared run, which holds a core of its own).
+    stacks = [[code[0].start + k * 7 + 1] for k in range(60)] + [
+        [m.start + k * 13 + 1] for m in code[1:] for k in range(5)]
+    backend = _RecordingSymbolizer()
+    got = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
+    assert sorted(backend.runs) == sorted([[str(pie)]] * pie_runs
+                                          + [[str(lib) for lib in libs]])
+    assert got == symbolize(profile(stacks, maps), opts(tmp_path), backend=CountingBackend())
+
+
+def test_a_lone_module_is_split_over_both_cores(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("heapscope.symbols.resolve.SMALL", 30)
+    monkeypatch.setattr("heapscope.symbols.resolve.CHUNK", 25)
+    pie = built["pie"]
+    maps = mappings_for(pie, EXE_BASE)
+    (code,) = [m for m in maps if m.executable]
+    stacks = [[code.start + k * 7 + 1] for k in range(80)]  # 3 CHUNKs, 2 cores
+    backend = _RecordingSymbolizer()
+    got = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
+    assert backend.runs == [[str(pie)], [str(pie)]]
+    assert got == symbolize(profile(stacks, maps), opts(tmp_path), backend=CountingBackend())
+
+
+def test_each_address_gets_the_code_mapping_that_holds_it(tmp_path: Path) -> None:
+    # Two code mappings with a gap, of files that are not there (named by file offset).
+    a = Mapping(0x1000, 0x2000, 0x0, str(tmp_path / "gone-a.so"), "r-xp")
+    data = Mapping(0x2000, 0x2800, 0x1000, str(tmp_path / "gone-a.so"), "rw-p")
+    b = Mapping(0x3000, 0x4000, 0x2000, str(tmp_path / "gone-b.so"), "r-xp")
+    stacks = [[0x0FFF], [0x1000], [0x1FFF], [0x2000], [0x2500], [0x3000, 0x1500],
+              [0x3FFF, 0x3001], [0x4000], [0x1800, 0x3000]]
+    got = symbolize(profile(stacks, [a, data, b]), opts(tmp_path)).profile.locations
+    # By hand: [start, limit) of code mappings only; a return address (0x1500, 0x3001,
+    # 0x3000 below a leaf) is looked up one byte lower, so 0x3000 falls before b.
+    where = {address: (loc.mapping.start if loc.mapping else None, loc.module, loc.offset)
+             for address, loc in got.items()}
+    assert where == {
+        0x0FFF: (None, "[unknown]", 0x0FFF),
+        0x1000: (0x1000, "gone-a.so", 0x0),
+        0x1FFF: (0x1000, "gone-a.so", 0xFFF),
+        0x2000: (None, "[unknown]", 0x2000),
+        0x2500: (None, "[unknown]", 0x2500),
+        0x3000: (None, "[unknown]", 0x2FFF),
+        0x1500: (0x1000, "gone-a.so", 0x4FF),
+        0x3FFF: (0x3000, "gone-b.so", 0x2FFF),
+        0x3001: (0x3000, "gone-b.so", 0x2000),
+        0x4000: (None, "[unknown]", 0x4000),
+        0x1800: (0x1000, "gone-a.so", 0x800),
+    }

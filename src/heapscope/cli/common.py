@@ -22,7 +22,7 @@ from heapscope.model import Profile
 from heapscope.prepare import ProgressFn, prepare
 from heapscope.progress import DUMPS_READ
 from heapscope.symbols import Diagnostic, SymbolOptions
-from heapscope.symbols.hints import Missing, Owners, debug_hints
+from heapscope.symbols.hints import Missing, Owners, cached_owners, debug_hints
 from heapscope.symbols.options import default_cache_dir
 from heapscope.terminal import clean
 from heapscope.units import plural
@@ -219,6 +219,8 @@ def symbol_options(args: argparse.Namespace, inputs: list[str] | None = None
                    ) -> SymbolOptions:
     """Build SymbolOptions from parsed arguments, with what the sessions among ``inputs``
     (session folders, or dumps inside one) recorded of their modules."""
+    global _hint_cache
+    _hint_cache = None if args.no_cache else default_cache_dir()
     return SymbolOptions(
         binaries=tuple(args.binary),
         search_paths=tuple(args.search_path),
@@ -252,6 +254,9 @@ def print_diagnostics(diags: tuple[Diagnostic, ...], verbose: bool, *,
 # share of one dump's bytes: below that its missing names change no conclusion.
 HINT_SHARE = 0.01
 _hinted: set[str] = set()  # module files hinted about by this command (once each)
+# Where the hints keep dpkg's answers: the symbol cache's folder (None under --no-cache; set
+# by symbol_options, which every command that symbolizes calls first).
+_hint_cache: str | None = None
 
 
 def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
@@ -260,7 +265,8 @@ def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
     that had none and is on the stacks of at least :data:`HINT_SHARE` of a dump's bytes
     (allocator modules aside: their frames are pruned anyway).
 
-    The package owning each file is asked for all modules at once (one ``dpkg-query``).
+    The package owning each file is asked for all modules at once (one ``dpkg-query``),
+    unless the cache folder has the answer for that very file already.
     """
     share: dict[str, float] = {}
     missing: dict[str, Missing] = {}
@@ -273,7 +279,7 @@ def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
     wanted = [m for path, m in missing.items() if share[path] >= HINT_SHARE]
     if not wanted:
         return
-    found = debug_hints(wanted) if owners is None else debug_hints(wanted, owners)
+    found = debug_hints(wanted, cached_owners(_hint_cache) if owners is None else owners)
     for m in wanted:
         _hinted.add(m.path)
         print(f"heapscope: {clean(found[m.path])}", file=sys.stderr)
