@@ -2,11 +2,11 @@
  *
  * A 20 MB dump holds about 65,000 stacks of 20 return addresses; every pass over it in
  * Python costs a dictionary lookup per frame per stack. These functions do exactly what
- * the Python code next to them does (heapscope.formats.jemalloc, heapscope.analysis.prune,
- * .fold, .aggregate, .unsample, heapscope.model), on the same objects, and the Python code
- * stays the reference: tests run both on the same inputs and compare. A function that
- * meets anything unusual returns None and the caller takes the Python path, which also
- * gives the precise error for damaged input.
+ * the Python code next to them does (heapscope.formats.jemalloc, .scan,
+ * heapscope.analysis.prune, .fold, .aggregate, .unsample, heapscope.model), on the same
+ * objects, and the Python code stays the reference: tests run both on the same inputs
+ * and compare. A function that meets anything unusual returns None and the caller takes
+ * the Python path, which also gives the precise error for damaged input.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1295,6 +1295,208 @@ fail:
     return NULL;
 }
 
+/* ---- scan_counts: a dump's records as (stack id, count, bytes), for a series ---- */
+
+/* A "t*" line's number as the Python expression takes it: 1 to 19 digits (more is
+   damage, which the expression does not match either); -1 when it is not there. */
+static int count_digits(const unsigned char **pp, const unsigned char *end, uint64_t *out) {
+    const unsigned char *p = *pp;
+    uint64_t v = 0;
+    int n = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (++n > 19) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+    }
+    if (n == 0) return -1;
+    *pp = p;
+    *out = v;
+    return 0;
+}
+
+static inline const unsigned char *blanks(const unsigned char *p, const unsigned char *end) {
+    while (p < end && is_blank(*p)) p++;
+    return p;
+}
+
+/* A 64-bit hash of a stack's text, a word at a time: the table of known stacks is keyed
+   by it (each hit then compared byte for byte), so a record costs no Python object of its
+   text unless the stack is new. */
+static uint64_t text_hash(const unsigned char *p, size_t n) {
+    uint64_t h = 0x243F6A8885A308D3ULL ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p + i, n - i);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 32;
+    h *= 0xD6E8FEB86659FD93ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static int all_ascii(const unsigned char *p, size_t n) {
+    uint64_t acc = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        acc |= w;
+    }
+    for (; i < n; i++) acc |= p[i];
+    return (acc & 0x8080808080808080ULL) == 0;
+}
+
+typedef struct {
+    const unsigned char *text;
+    Py_ssize_t len;
+    uint64_t hash;
+    double count, nbytes;
+} Record;
+
+/* The records of data[start:len] up to the memory map, into *recs (PyMem_Raw: called
+   without the GIL, so two threads scan two dumps at once). 0: read, *at is the line
+   break before "MAPPED_LIBRARIES:"; 1: unusual; -1: out of memory. */
+static int read_records(const unsigned char *base, Py_ssize_t start, Py_ssize_t len,
+                        Record **recs, size_t *nrec, const unsigned char **at) {
+    const unsigned char *p = base + start;
+    size_t cap = 0;
+    /* The records end at the first line that starts the memory map (start is the first
+       record, after a line break). Only plain ASCII without carriage returns or jemalloc's
+       messages is read here: anything else goes the Python way, which decodes the text. */
+    static const char maps[] = "\nMAPPED_LIBRARIES:";
+    *at = memmem(p - 1, (size_t)(len - start + 1), maps, sizeof maps - 1);
+    if (*at == NULL) return 1;
+    const unsigned char *end = *at + 1;
+    size_t body = (size_t)(end - p);
+    if (!all_ascii(p, body) || memchr(p, '\r', body) != NULL ||
+        memmem(p, body, "<jemalloc>", 10) != NULL)
+        return 1;
+    while (p < end) {
+        const unsigned char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL) break;
+        if (*p != '@') {
+            p = eol + 1;
+            continue;
+        }
+        const unsigned char *key = blanks(p + 1, eol);
+        /* The next line must be the stack's "t*: count: bytes [" line. */
+        const unsigned char *q = blanks(eol + 1, end);
+        uint64_t count, nbytes;
+        if (end - q < 3 || q[0] != 't' || q[1] != '*' || q[2] != ':') return 1;
+        q = blanks(q + 3, end);
+        if (count_digits(&q, end, &count) < 0 || q >= end || *q != ':') return 1;
+        q = blanks(q + 1, end);
+        if (count_digits(&q, end, &nbytes) < 0) return 1;
+        q = blanks(q, end);
+        if (q >= end || *q != '[') return 1;
+        if (*nrec == cap) {
+            cap = cap ? cap * 2 : 4096;
+            Record *bigger = PyMem_RawRealloc(*recs, cap * sizeof(Record));
+            if (bigger == NULL) return -1;
+            *recs = bigger;
+        }
+        Py_ssize_t n = eol - key;
+        (*recs)[(*nrec)++] = (Record){key, n, text_hash(key, (size_t)n), (double)count,
+                                      (double)nbytes};
+        const unsigned char *next = memchr(q, '\n', (size_t)(end - q));
+        p = next == NULL ? end : next + 1;
+    }
+    return 0;
+}
+
+static PyObject *scan_counts_impl(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start;
+    PyObject *ids, *texts;
+    if (!PyArg_ParseTuple(args, "y*nO!O!", &buf, &start, &PyDict_Type, &ids, &PyList_Type,
+                          &texts))
+        return NULL;
+    PyObject *out = NULL, *id_bytes = NULL, *count_bytes = NULL, *nbytes_bytes = NULL;
+    Record *recs = NULL;
+    size_t nrec = 0;
+    if (start < 1 || start > buf.len) {
+        PyErr_SetString(PyExc_ValueError, "bad start");
+        goto done;
+    }
+    const unsigned char *base = (const unsigned char *)buf.buf, *at = NULL;
+    /* First every record is read, without the GIL (nothing is changed if one is
+       unusual) ... */
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = read_records(base, start, buf.len, &recs, &nrec, &at);
+    Py_END_ALLOW_THREADS
+    if (status < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (status > 0) goto unusual;
+
+    /* ... then each is numbered: a known text by its hash (checked byte for byte), a new
+       one added to ids and texts. */
+    id_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nrec * sizeof(int64_t)));
+    count_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nrec * sizeof(double)));
+    nbytes_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nrec * sizeof(double)));
+    if (id_bytes == NULL || count_bytes == NULL || nbytes_bytes == NULL) goto done;
+    int64_t *id_out = (int64_t *)PyBytes_AS_STRING(id_bytes);
+    double *count_out = (double *)PyBytes_AS_STRING(count_bytes);
+    double *nbytes_out = (double *)PyBytes_AS_STRING(nbytes_bytes);
+    for (size_t i = 0; i < nrec; i++) {
+        Record *r = &recs[i];
+        PyObject *h = PyLong_FromUnsignedLongLong(r->hash);
+        if (h == NULL) goto done;
+        PyObject *known = PyDict_GetItemWithError(ids, h); /* borrowed */
+        int64_t id;
+        if (known != NULL) {
+            id = PyLong_AsLongLong(known);
+            PyObject *text = id >= 0 && id < PyList_GET_SIZE(texts)
+                                 ? PyList_GET_ITEM(texts, id) : NULL;
+            if (text == NULL || !PyBytes_Check(text) || PyBytes_GET_SIZE(text) != r->len ||
+                memcmp(PyBytes_AS_STRING(text), r->text, (size_t)r->len) != 0) {
+                Py_DECREF(h); /* two texts with one hash: Python reads this dump */
+                if (PyErr_Occurred()) goto done;
+                goto unusual;
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(h);
+            goto done;
+        } else {
+            id = (int64_t)PyList_GET_SIZE(texts);
+            PyObject *num = PyLong_FromLongLong(id);
+            PyObject *text = PyBytes_FromStringAndSize((const char *)r->text, r->len);
+            int bad = num == NULL || text == NULL || PyDict_SetItem(ids, h, num) < 0 ||
+                      PyList_Append(texts, text) < 0;
+            Py_XDECREF(num);
+            Py_XDECREF(text);
+            if (bad) {
+                Py_DECREF(h);
+                goto done;
+            }
+        }
+        Py_DECREF(h);
+        id_out[i] = id;
+        count_out[i] = r->count;
+        nbytes_out[i] = r->nbytes;
+    }
+    out = Py_BuildValue("(nOOO)", (Py_ssize_t)(at - base), id_bytes, count_bytes,
+                        nbytes_bytes);
+    goto done;
+unusual:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(id_bytes);
+    Py_XDECREF(count_bytes);
+    Py_XDECREF(nbytes_bytes);
+    PyMem_RawFree(recs);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 WITHOUT_GC(address_sets)
 WITHOUT_GC(pack_stacks)
 WITHOUT_GC(unpack_samples)
@@ -1305,6 +1507,7 @@ WITHOUT_GC(sites)
 WITHOUT_GC(accumulate)
 WITHOUT_GC(tree_add)
 WITHOUT_GC(function_columns)
+WITHOUT_GC(scan_counts)
 
 static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS,
@@ -1333,6 +1536,11 @@ static PyMethodDef methods[] = {
      "pack_stacks(samples, index) -> (bytes: each stack's length and its addresses' "
      "indices (index[address]), little-endian u32; positions of samples with threads or "
      "via)."},
+    {"scan_counts", scan_counts, METH_VARARGS,
+     "scan_counts(data, start, ids, texts) -> (position of the line break before the "
+     "memory map, stack ids as int64, counts and bytes as float64, each as bytes) of the "
+     "records from data[start] on; ids maps a hash of each stack's text to its index in "
+     "texts (new ones are added to both); None when the text is unusual."},
     {"unpack_samples", unpack_samples, METH_VARARGS,
      "unpack_samples(data, table, values, sample_type) -> samples (stack, values[i], (), "
      "()) of the stacks pack_stacks wrote, with table[index] for each index."},

@@ -20,7 +20,7 @@ from heapscope.analysis.ownership import facts_from_manifest
 from heapscope.analysis.suppress import read_file as read_suppressions
 from heapscope.capture.session import read_manifest, recorded_modules
 from heapscope.errors import InputError
-from heapscope.formats import symbolized
+from heapscope.formats import scan, symbolized
 from heapscope.formats.jemalloc import ParseCache
 from heapscope.formats.load import load
 from heapscope.formats.pprof import decode_profile
@@ -66,12 +66,35 @@ def _dump(data: bytes, scratch: str) -> object:
 
 
 def _scan(data: bytes, scratch: str) -> object:
+    """The series scanner, with its compiled loop and without: both must read the same."""
     path = _write(data, scratch + ".heap")
+    compiled = _scanned(path)
+    saved = scan.core
+    scan.core = None
     try:
-        return Scanner(None).read(path)
+        python = _scanned(path)
+    finally:
+        scan.core = saved
+    def same(x: object) -> object:
+        return str(x) if isinstance(x, InputError) else x
+
+    if same(compiled) != same(python):
+        raise AssertionError(f"compiled scan {compiled!r:.300} != Python {python!r:.300}")
+    if isinstance(compiled, InputError):
+        _one_line(compiled)
+        raise compiled
+    return compiled
+
+
+def _scanned(path: str) -> object:
+    """What a fresh Scanner reads: the counts per stack and the facts around them."""
+    scanner = Scanner(None)
+    try:
+        d, _ = scanner.read(path)
     except InputError as e:
-        _one_line(e)
-        raise
+        return e
+    return ([scanner.table.stacks[i] for i in d.ids.tolist()], d.counts.tolist(),
+            d.nbytes.tolist(), d.period, d.sampling, d.unsampled, d.mappings, d.kind, d.time)
 
 
 def _json_profile(data: bytes, scratch: str) -> object:

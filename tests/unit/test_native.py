@@ -21,7 +21,7 @@ from heapscope import native
 from heapscope.analysis import aggregate, fold, prune, tree, unsample
 from heapscope.analysis.aggregate import sort_rows
 from heapscope.errors import InputError
-from heapscope.formats import cache, jemalloc
+from heapscope.formats import cache, jemalloc, scan
 from heapscope.formats.jemalloc import parse_heap_v2, parse_heap_v2_text
 from heapscope.model import Profile, Sample
 from tests.unit.builders import Builder
@@ -226,3 +226,146 @@ def test_symbol_tables_are_filtered_and_sorted_the_same(seed: int) -> None:
     rows = sorted(reference)
     assert list(zip(*columns[:4], strict=True)) == rows
     assert columns[4] == list(itertools.accumulate((end for _, end, _, _ in rows), max))
+
+
+# ---- the counts of a series' dumps (heapscope.formats.scan) ----
+
+
+def _counts(paths: list[str], compiled: bool, jobs: int = 1) -> list[object]:
+    """What a fresh Scanner reads of ``paths``: per dump its stacks (as addresses), counts,
+    bytes and the facts around them, or the one-line error; with or without the compiled
+    loop (the Python regular expression is the reference)."""
+    saved = scan.core
+    scan.core = core if compiled else None
+    try:
+        scanner = scan.Scanner()
+        got = scanner.read_all(paths, jobs=jobs)
+    finally:
+        scan.core = saved
+    out: list[object] = []
+    for d in got:
+        if isinstance(d, InputError):
+            out.append(str(d))
+            continue
+        out.append((d.path, [scanner.table.stacks[i] for i in d.ids.tolist()],
+                    d.counts.tolist(), d.nbytes.tolist(), d.period, d.sampling, d.unsampled,
+                    d.mappings, d.kind, d.time, d.locations))
+    return out
+
+
+def _scanned_compiled(data: bytes) -> bool:
+    """Whether the compiled loop reads ``data`` itself (rather than leaving it to Python)."""
+    ids: dict[int, int] = {}
+    texts: list[bytes] = []
+    return scan._scan_bytes(data, ids, texts) is not None
+
+
+def test_real_dumps_are_counted_by_the_compiled_scan(tmp_path: Path) -> None:
+    assert core is not None
+    paths = []
+    for i, text in enumerate(SEEDS[1:]):
+        path = tmp_path / f"jeprof.1.{i}.m{i}.heap"
+        path.write_text(text)
+        paths.append(str(path))
+        assert _scanned_compiled(text.encode())
+    got = _counts(paths, compiled=True)
+    assert got == _counts(paths, compiled=False)
+    # Hand count of the first real dump: its records and the sum of their t* counts.
+    text = SEEDS[1]
+    counts = [int(line.split(":")[1]) for line in text.splitlines()
+              if line.lstrip().startswith("t*:") and "\n@" in text]
+    first = got[0]
+    assert not isinstance(first, str)
+    assert len(first[1]) == text.count("\n@")
+    assert sum(first[2]) == sum(counts[1:])  # the first t* line is the header's total
+
+
+def test_the_compiled_scan_finds_what_a_hand_count_says(tmp_path: Path) -> None:
+    text = ("heap_v2/524288\n  t*: 9: 900 [0: 0]\n  t0: 9: 900 [0: 0] main\n"
+            "@ 0x10 0x20\n  t*: 2: 200 [0: 0]\n  t0: 2: 200 [0: 0]\n"
+            "@ 0x30\n\tt*:\t3:\t300\t[0: 0]\n"
+            "@ 0x10 0x20\n  t*: 4: 400 [0: 0]\n"
+            "@\n  t*: 0: 0 [0: 0]\n"
+            "\nMAPPED_LIBRARIES:\n55d0a0000000-55d0a0010000 r-xp 00000000 08:01 1 /srv/a\n")
+    path = tmp_path / "jeprof.7.0.i0.heap"
+    path.write_text(text)
+    assert _scanned_compiled(text.encode())
+    got = _counts([str(path)], compiled=True)
+    assert got == _counts([str(path)], compiled=False)
+    (_, stacks, counts, nbytes, period, _, _, mappings, kind, _, _), = got  # type: ignore[misc]
+    assert stacks == [(0x10, 0x20), (0x30,), (0x10, 0x20), ()]
+    assert counts == [2.0, 3.0, 4.0, 0.0]
+    assert nbytes == [200.0, 300.0, 400.0, 0.0]
+    assert (period, kind, len(mappings)) == (524288, "i", 1)
+
+
+@pytest.mark.parametrize("odd", [
+    "  t*: 1: 2 [0: 0]\n<jemalloc>: a message\n",  # jemalloc's message among the records
+    "  t*: 1: 2\r\n",  # carriage returns
+    "  t*: 12345678901234567890: 2 [0: 0]\n",  # 20 digits
+    "\n",  # a record without its counts line
+    "  t*: 1: 2 [0: 0]\n  t0: 1: 2 [0: 0] thread é\n",  # not ASCII
+])
+def test_unusual_records_are_left_to_python(tmp_path: Path, odd: str) -> None:
+    text = ("heap_v2/8\n  t*: 1: 2 [0: 0]\n@ 0x10\n  t*: 1: 2 [0: 0]\n@ 0x20\n" + odd
+            + "\nMAPPED_LIBRARIES:\n")
+    assert not _scanned_compiled(text.encode())
+    path = tmp_path / "jeprof.7.0.i0.heap"
+    path.write_bytes(text.encode())
+    assert _counts([str(path)], compiled=True) == _counts([str(path)], compiled=False)
+
+
+def test_a_refused_dump_leaves_no_stack_behind() -> None:
+    assert core is not None
+    numbered: list[str] = []
+    texts = scan.ByteTexts(lambda t: numbered.append(t) or len(numbered) - 1)
+    good = b"heap_v2/8\n@ 0x10\n  t*: 1: 2 [0: 0]\n\nMAPPED_LIBRARIES:\n"
+    bad = b"heap_v2/8\n@ 0x10\n  t*: 1: 2 [0: 0]\n@ 0x30\n\nMAPPED_LIBRARIES:\n"
+    assert texts.scan(bad) is None
+    assert (texts.ids, texts.texts, numbered) == ({}, [], [])
+    got = texts.scan(good)
+    assert got is not None and got[0].tolist() == [0] and texts.texts == [b"0x10"]
+    # A stack the numbering refuses (not hex) takes the dump's new stacks back with it.
+    strict = scan.ByteTexts(lambda t: [int(a, 16) for a in t.split()] and 0)
+    assert strict.scan(good.replace(b"0x10", b"0x10 zz")) is None
+    assert (strict.ids, strict.texts) == ({}, [])
+
+
+_MUTATIONS = ["", " ", "\t", "\r", "\n", "\n\n", "\n \n", "0x", "@", "@ 0x10\n", "t*: 1: 2",
+              "  t*: 1: 2 [3: 4]\n", "  t7: 1: 2 [3: 4]\n", "[", "]", ":", "g",
+              "12345678901234567890", "0x12345678901234567", "\x0b", "\x1c", "\x85", "é",
+              "<jemalloc>: x\n", "  f: 1\n", "-0x1", "0x_1", "MAPPED_LIBRARIES:\n",
+              "\nMAPPED_LIBRARIES:", "heap_v2/1\n", "\x00"]
+
+
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(SEEDS), st.integers(min_value=0, max_value=10**6),
+       st.integers(min_value=0, max_value=40), st.sampled_from(_MUTATIONS),
+       st.sampled_from(["utf-8", "latin-1"]))
+def test_mutated_dumps_count_the_same(tmp_path: Path, seed: str, at: int, drop: int,
+                                      insert: str, encoding: str) -> None:
+    at %= len(seed) + 1
+    path = tmp_path / "jeprof.3.1.m1.heap"
+    path.write_bytes((seed[:at] + insert + seed[at + drop:]).encode(encoding))
+    assert _counts([str(path)], compiled=True) == _counts([str(path)], compiled=False)
+
+
+def test_parallel_scans_count_the_same(tmp_path: Path) -> None:
+    """A series long enough to scan in parallel (threads with the compiled loop, worker
+    processes without it), a few odd dumps among its plain ones."""
+    rng = random.Random(5)
+    paths = []
+    for i in range(scan.PARALLEL_MIN + 8):
+        text = _dump(rng)
+        if i % 7 == 3:
+            text = text.replace("\n@", "\n<jemalloc>: odd\n@", 1)
+        if i % 11 == 5:
+            text = text.replace("@", "@ 0xzz", 1)  # not an address: the dump is refused
+        path = tmp_path / f"jeprof.9.{i}.m{i}.heap"
+        path.write_text(text)
+        paths.append(str(path))
+    got = _counts(paths, compiled=True, jobs=2)
+    assert got == _counts(paths, compiled=False, jobs=2)
+    assert got == _counts(paths, compiled=False, jobs=1)
+    assert [i for i, d in enumerate(got) if isinstance(d, str)] == [5, 16]

@@ -4,7 +4,10 @@ A series of a hundred dumps of a process with tens of thousands of stacks is gig
 text that repeats the same stacks in every dump. Judging it needs only each stack's in-use
 count and bytes, so a regular expression pulls ``(stack, count, bytes)`` out of a dump's
 records at C speed; each stack text is turned into addresses once per process
-(:class:`StackTable`), and memory maps that repeat from dump to dump are parsed once. Anything
+(:class:`StackTable`), and memory maps that repeat from dump to dump are parsed once. With the
+compiled loops (:mod:`heapscope.native`) a plain dump's bytes go straight to
+``scan_counts``, which numbers its stacks and writes the counts into arrays without making
+a Python object per record; whatever it finds unusual it leaves to the expression. Anything
 unusual (legacy formats, heapscope's own profiles, stray ``<jemalloc>`` lines inside the
 records, carriage returns, a record the expression does not match) is read by the full
 parser and converted, so the result never depends on which path read the dump.
@@ -22,16 +25,21 @@ import numpy as np
 import numpy.typing as npt
 
 from heapscope.errors import InputError
+from heapscope.files import open_regular
 from heapscope.formats.jemalloc import ParseCache
-from heapscope.formats.load import load, parse_dump_name, read_text
+from heapscope.formats.load import load, max_input, parse_dump_name, read_text
 from heapscope.formats.maps import parse_maps
 from heapscope.model import INUSE_OBJECTS, INUSE_SPACE, Location, Mapping, Profile
+from heapscope.native import core
 
 _HEADER = re.compile(r"heap_v2/(\d{1,19})[ \t]*\n")
 # Every record starts a line with "@"; a record whose next line is not its t* counts still
 # matches, with empty counts, which the conversion to numbers then refuses.
 _RECORD = re.compile(
     r"^@[ \t]*([^\n]*)\n(?:[ \t]*t\*:[ \t]*(\d{1,19}):[ \t]*(\d{1,19})[ \t]*\[)?", re.M)
+# The same header, and the blank runs load.read_text makes one, in the bytes of a dump.
+_HEADER_BYTES = re.compile(rb"heap_v2/([0-9]{1,19})[ \t]*\n")
+_BLANK_RUN = re.compile(rb"\n[ \t\r\n]*\n")
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized
@@ -115,6 +123,7 @@ class Scanner:
         self.table = memory.table if memory is not None else StackTable()
         self._maps: dict[str, tuple[Mapping, ...]] = {}
         self._parse = ParseCache()
+        self._bytes = ByteTexts(self.table.id_of_text)
 
     def read(self, path: str, *, keep: bool = False) -> tuple[DumpCounts, Profile | None]:
         """The dump's counts, and (when ``keep``, or when the fast path did not apply) the
@@ -124,8 +133,9 @@ class Scanner:
                 known = self.memory.get(path)
                 if known is not None:
                     return known, None
-            text = read_text(path)
-            fast = self._fast(path, text)
+            fast = self._fast_bytes(path)
+            if fast is None:
+                fast = self._fast(path, read_text(path))
             if fast is not None:
                 if self.memory is not None:
                     self.memory.put(path, fast)
@@ -165,6 +175,16 @@ class Scanner:
         return DumpCounts(path, np.asarray(ids, dtype=np.int64), counts, nbytes, period, "v2",
                           False, self._mappings(maps_text), *_name_and_time(path))
 
+    def _fast_bytes(self, path: str) -> DumpCounts | None:
+        """The compiled way (:class:`ByteTexts`), or None when it does not apply."""
+        data = read_plain(path) if core is not None else None
+        got = self._bytes.scan(data) if data is not None else None
+        if got is None:
+            return None
+        ids, counts, nbytes, period, maps_text = got
+        return DumpCounts(path, ids, counts, nbytes, period, "v2", False,
+                          self._mappings(maps_text), *_name_and_time(path))
+
     def _mappings(self, maps_text: str) -> tuple[Mapping, ...]:
         mappings = self._maps.get(maps_text)
         if mappings is None:
@@ -174,7 +194,8 @@ class Scanner:
     def read_all(self, paths: list[str], jobs: int = 1,
                  done: Done | None = None) -> list[DumpCounts | InputError]:
         """Every dump's counts (or its error), in order; with ``jobs`` > 1 the dumps not
-        remembered are scanned by that many worker processes, each over its own share.
+        remembered are scanned by that many threads (compiled loop) or worker processes
+        (pure Python), each process over its own share.
         ``done`` hears each dump read (remembered, scanned or refused): 1, 2, … len(paths),
         each once and in order, whichever process read it."""
         out: list[DumpCounts | InputError | None] = [None] * len(paths)
@@ -201,9 +222,50 @@ class Scanner:
                 tally.to(read)
         return [r for r in out if r is not None]
 
+    def _threads(self, paths: list[str], todo: list[int],
+                 out: list[DumpCounts | InputError | None], jobs: int, tally: _Tally) -> None:
+        """Scan with the compiled loop in ``jobs`` threads: it reads a dump's records
+        without the GIL, and the counts stay in this process (no copy back from workers).
+        Each thread numbers its texts in its own :class:`ByteTexts`, mapped to the one
+        table under a lock. Dumps it finds unusual are left (None) to the caller."""
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        lock = threading.Lock()
+        mine = threading.local()
+
+        def number(text: str) -> int:
+            with lock:
+                return self.table.id_of_text(text)
+
+        def scan(i: int) -> Scanned | None:
+            texts = getattr(mine, "texts", None)
+            if texts is None:
+                texts = mine.texts = ByteTexts(number)
+            data = read_plain(paths[i])
+            return texts.scan(data) if data is not None else None
+
+        scanned = tally.shown
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for i, got in zip(todo, pool.map(scan, todo), strict=True):
+                if got is None:
+                    continue
+                ids, counts, nbytes, period, maps_text = got
+                d = DumpCounts(paths[i], ids, counts, nbytes, period, "v2", False,
+                               self._mappings(maps_text), *_name_and_time(paths[i]))
+                if self.memory is not None:
+                    self.memory.put(paths[i], d)
+                out[i] = d
+                scanned += 1
+                tally.to(scanned)
+
     def _parallel(self, paths: list[str], todo: list[int],
                   out: list[DumpCounts | InputError | None], jobs: int,
                   tally: _Tally) -> None:
+        """Scan ``todo`` in threads (compiled loop) or else in worker processes."""
+        if core is not None:
+            self._threads(paths, todo, out, jobs, tally)
+            return
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -272,6 +334,88 @@ POLL_S = 0.2  # seconds between two looks at the workers' count (a result ends a
 PARALLEL_MIN = 16  # dumps to scan before it pays to start worker processes
 
 Extracted = tuple[tuple[str, ...], Floats, Floats, int, str]
+#: (stack ids, counts, bytes, period, memory-map text) of a dump read the compiled way.
+Scanned = tuple[Ints, Floats, Floats, int, str]
+
+
+def read_plain(path: str) -> bytes | None:
+    """The bytes of an uncompressed dump read whole, or None when it is anything else
+    (gzip, binary, empty, too big, unreadable): :func:`read_text` then reads it and says
+    what is wrong. Skips read_text's piecewise copy, which costs ten times the read."""
+    cap = max_input()
+    try:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > cap:
+                return None
+            data = f.read(size + 1)
+    except OSError:
+        return None
+    # A size that changed while read is a dump still being written.
+    if not data or len(data) != size or data[:2] == b"\x1f\x8b" or b"\x00" in data[:4096]:
+        return None
+    return data
+
+
+class ByteTexts:
+    """Stack texts as the compiled scanner keeps them (bytes, found by a hash of each), each
+    also numbered by ``number`` (a :class:`StackTable`'s ``id_of_text``, or a worker's own
+    numbering)."""
+
+    def __init__(self, number: Callable[[str], int]) -> None:
+        self.ids: dict[int, int] = {}
+        self.texts: list[bytes] = []
+        self.to: Ints = np.zeros(0, dtype=np.int64)
+        self.number = number
+
+    def scan(self, data: bytes) -> Scanned | None:
+        """A plain heap_v2 dump's counts, its stacks numbered by ``number``; None when
+        anything in it is unusual (or ``number`` refuses a stack), and then nothing of it
+        is kept."""
+        known = len(self.texts)
+        got = _scan_bytes(data, self.ids, self.texts)
+        try:
+            if got is None:
+                raise ValueError("unusual")
+            if len(self.texts) > known:
+                # Bytes of plain ASCII (scan_counts refuses any other), so the text is the
+                # one read_text would give.
+                new = [self.number(t.decode("ascii")) for t in self.texts[known:]]
+                self.to = np.concatenate([self.to, np.asarray(new, dtype=np.int64)])
+        except ValueError:
+            if len(self.texts) > known:
+                for h in [h for h, i in self.ids.items() if i >= known]:
+                    del self.ids[h]
+                del self.texts[known:]
+            return None
+        local, counts, nbytes, period, maps_text = got
+        return self.to[local], counts, nbytes, period, maps_text
+
+
+def _scan_bytes(data: bytes, ids: dict[int, int], texts: list[bytes]) -> Scanned | None:
+    """:func:`_extract` of a dump's bytes by the compiled loop, stack ids numbering
+    ``texts``; None when anything differs from a plain dump or no compiled loop is there."""
+    head = _HEADER_BYTES.match(data)
+    first = data.find(b"\n@")
+    if core is None or head is None or first < 0 or \
+            data.find(b"\nMAPPED_LIBRARIES:", 0, first) >= 0:
+        return None
+    # The compiled loop finds where the memory map starts (the first such line after the
+    # first record) and refuses what _extract refuses, and any other byte than ASCII.
+    got = core.scan_counts(data, first + 1, ids, texts)
+    if got is None:
+        return None
+    maps_at, local, counts, nbytes = got
+    maps = data[maps_at + 1:]
+    if any(m.end() - m.start() > 2 for m in _BLANK_RUN.finditer(maps)):
+        return None  # read_text would make those lines one: leave it to read_text
+    try:
+        data[:first].decode("utf-8")  # read_text decodes the whole dump one way or the other
+        maps_text = maps.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return (np.frombuffer(local, dtype=np.int64), np.frombuffer(counts, dtype=np.float64),
+            np.frombuffer(nbytes, dtype=np.float64), int(head.group(1)), maps_text)
 
 
 def _extract(text: str) -> Extracted | None:
@@ -323,23 +467,30 @@ def _scan_chunk(paths: list[str]) -> tuple[list[str], list[ChunkRow]]:
     ids: dict[str, int] = {}
     texts: list[str] = []
     rows: list[ChunkRow] = []
+
+    def number(t: str) -> int:
+        k = ids.get(t)
+        if k is None:
+            k = ids[t] = len(texts)
+            texts.append(t)
+        return k
+
+    compiled = ByteTexts(number)
     for path in paths:
-        try:
-            got = _extract(read_text(path))
-        except InputError:
-            got = None
-        if got is None:
-            rows.append(None)
-            continue
-        stacks, counts, nbytes, period, maps_text = got
-        local = []
-        for t in stacks:
-            k = ids.get(t)
-            if k is None:
-                k = ids[t] = len(texts)
-                texts.append(t)
-            local.append(k)
-        rows.append((np.asarray(local, dtype=np.int64), counts, nbytes, period, maps_text))
+        data = read_plain(path) if core is not None else None
+        row: ChunkRow = compiled.scan(data) if data is not None else None
+        if row is None:
+            try:
+                got = _extract(read_text(path))
+            except InputError:
+                got = None
+            if got is None:
+                rows.append(None)
+                continue
+            stacks, counts, nbytes, period, maps_text = got
+            row = (np.asarray([number(t) for t in stacks], dtype=np.int64), counts, nbytes,
+                   period, maps_text)
+        rows.append(row)
         if _scanned is not None:
             with _scanned.get_lock():
                 _scanned.value += 1

@@ -83,9 +83,11 @@ class ScanCache:
         for ident in sorted(self.used):
             d = self.entries[ident]
             m = maps.setdefault(d.mappings, len(maps))
-            rows.append((ident, d.ids.astype(np.int64).tobytes(), d.counts.tobytes(),
-                         d.nbytes.tobytes(), d.period, d.sampling, d.unsampled, m, d.kind,
-                         d.time))
+            # Views, not copies: marshal writes them as bytes, and a long series' arrays
+            # are hundreds of MB that would otherwise be held twice while it is written.
+            rows.append((ident, _view(d.ids, np.int64), _view(d.counts, np.float64),
+                         _view(d.nbytes, np.float64), d.period, d.sampling, d.unsampled, m,
+                         d.kind, d.time))
         data = (_FORMAT, self.table.stacks, list(self.table.ids.items()),
                 [[_mapping(x) for x in ms] for ms in maps], rows)
         folder = os.path.dirname(self.file)
@@ -131,6 +133,11 @@ class ScanCache:
                 np.frombuffer(nbytes, dtype=np.float64), period, sampling, unsampled,
                 mapsets[m], kind, time)
         self.table, self.entries = table, entries
+
+
+def _view(a: np.ndarray[Any, Any], dtype: type[np.generic]) -> memoryview:
+    """The bytes of ``a`` as ``dtype``, without a copy when it already is one."""
+    return np.ascontiguousarray(a, dtype=dtype).data.cast("B")
 
 
 def _mapping(m: Mapping) -> tuple[Any, ...]:
