@@ -440,3 +440,33 @@ def test_churn_beside_a_leak_at_ten_dumps(
     assert rows
     mean = sum(_rate(g, trend.LEAK) for _, g in rows) / len(rows)
     assert mean >= 0.5, mean
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_describe_all_is_describe_of_every_row(timed: bool) -> None:
+    """The column-wise evidence equals the row-by-row reference on simulated leaks, caches,
+    churn and steady tables (every verdict, growing ones with their "more dumps")."""
+    rng = np.random.default_rng(2026)
+    cases = ls.leak_cases()[::7] + ls.null_cases()[::7]
+    seen: set[str] = set()
+    for case in cases:
+        s = ls.simulate(case.plan, case.n, case.period, 20, rng, teardown=False)
+        c = s.counts.astype(float)
+        y = c * (s.size / s.p)
+        o = c / s.p
+        times = [1.5 * k + 0.01 * k * k for k in range(c.shape[1])] if timed else None
+        j = trend.judge_counts(c, y, o)
+        want = [trend.describe(j, i, c, y, times) for i in range(c.shape[0])]
+        got = trend.describe_all(j, c, y, times)
+        seen |= {t.verdict for t in want}
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            for field in a.__dataclass_fields__:
+                x, z = getattr(a, field), getattr(b, field)
+                if isinstance(z, float) and not isinstance(z, bool):
+                    assert x == pytest.approx(z, rel=1e-12, abs=1e-9, nan_ok=True), \
+                        (case.label, field)
+                else:
+                    assert x == z, (case.label, field)
+    # The cases cover the verdicts whose evidence differs (growing carries "more dumps").
+    assert {"leak", "growing", "bounded", "steady"} <= seen, seen

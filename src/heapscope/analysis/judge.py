@@ -150,8 +150,7 @@ def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
         hi = min(len(keys), lo + step)
         j = trend.judge_counts(c[lo:hi], y[lo:hi], o[lo:hi])
         yb, cb = y[lo:hi], c[lo:hi]
-        for i in range(hi - lo):
-            t = trend.describe(j, i, cb, yb, times)
+        for i, t in enumerate(trend.describe_all(j, cb, yb, times)):
             # Growth that stopped per dump but not in time (dumps that came unevenly) is not
             # bounded: it is growing, and its process is never called clean for it.
             if spread and t.verdict == trend.BOUNDED and times is not None and \

@@ -656,6 +656,58 @@ def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
         whole_series=bool(j.whole[i]))
 
 
+def describe_all(j: Judged, counts: Matrix, values: Matrix,
+                 times: list[float] | None) -> list[Trend]:
+    """Every row of a judgement as bytes: :func:`describe` of each row (its reference),
+    the arithmetic done on whole columns (a process's 20,000 sites: 0.3 s row by row)."""
+    rows = counts.shape[0]
+    if rows == 0:
+        return []
+    n = j.n
+    total_c = counts.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(total_c > 0, values.sum(axis=1) / np.where(total_c > 0, total_c, 1.0),
+                     0.0)
+    slope = j.slope * w
+    df = j.df
+    crit = np.empty(rows)
+    for v in np.unique(df):
+        crit[df == v] = 1.96 if math.isinf(v) else _two_sided(float(v))
+    half = crit * j.se_interval * w
+    start = j.window_start.astype(np.int64)
+    per_s: list[float | None] = [None] * rows
+    if times is not None and len(times) == n:
+        t = np.asarray(times, dtype=np.float64)
+        span = t[-1] - t[start]
+        steps = n - 1 - start
+        ok = (span > 0) & (steps > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = slope * steps / np.where(ok, span, 1.0)
+        per_s = [float(r) if k else None for r, k in zip(rate.tolist(), ok.tolist(),
+                                                       strict=True)]
+    persistent = np.sqrt(np.maximum(j.s_p2, 0.0)) * w
+    transient = np.sqrt(np.maximum(j.s_t2, 0.0)) * w
+    last_c = counts[:, -1]
+    new = last_c - counts[np.arange(rows), start]
+    growth = values[:, -1] - values[:, 0]
+    out: list[Trend] = []
+    for i, (verdict, sl, hf, z, slow, first, st) in enumerate(zip(
+            j.verdict, slope.tolist(), half.tolist(), j.z.tolist(), j.slowdown_z.tolist(),
+            j.first_growth.tolist(), start.tolist(), strict=True)):
+        out.append(Trend(
+            verdict=verdict, dumps=n, growth=float(growth[i]), slope_per_dump=sl,
+            slope_low=sl - hf, slope_high=sl + hf, slope_per_s=per_s[i],
+            z=z, p_value=0.5 if z == 0.0 else t_sf(z, float(df[i])), window_start=st,
+            first_growth=int(first) if verdict in (LEAK, BOUNDED, GROWING) else None,
+            slowdown_z=None if math.isnan(slow) else slow, rise_z=float(j.rise_z[i]),
+            samples=float(last_c[i]), new_samples=float(new[i]),
+            noise_persistent=float(persistent[i]), noise_transient=float(transient[i]),
+            more_dumps=more_dumps(j, i) if verdict == GROWING else None,
+            exact=bool(j.exact[i]), sampled=1.0 - float(j.phi[i]), steps=int(j.steps[i]),
+            whole_series=bool(j.whole[i])))
+    return out
+
+
 def classify(values: list[float], counts: list[float] | None = None,
              times: list[float] | None = None) -> Trend:
     """Judge one series of live-byte estimates (with its sampled counts when known; without
