@@ -219,6 +219,73 @@ def _safe(path: str) -> bool:
     return not any(c in path for c in " :\t\n") and len(os.fsencode(path)) < 70
 
 
+STALE_AFTER = 600.0  # seconds: a folder younger than this may be another run's, starting
+
+
+def _mapped_folders() -> set[str]:
+    """The helper folders some live process has a file of mapped (its helper library)."""
+    out: set[str] = set()
+    marker = b"/heapscope-ctl-"
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/maps", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        at = data.find(marker)
+        while at >= 0:
+            start = data.rfind(b" ", 0, at) + 1
+            end = data.find(b"/", at + len(marker))
+            if end > at:
+                out.add(os.fsdecode(data[start:end]))
+            at = data.find(marker, at + len(marker))
+    return out
+
+
+def remove_stale(base: str, now: float | None = None) -> list[str]:
+    """Remove the helper folders in ``base`` that runs killed before they could clean up
+    left behind (a killed run leaves its folder to the program, which may still use it):
+    only folders of this user, older than :data:`STALE_AFTER`, that no live process has
+    mapped the helper from, and that hold nothing but the helper and its sockets (a folder
+    with dumps a switched-user process wrote is kept: nothing of a run's is thrown away).
+    Returns the folders removed."""
+    now = time.time() if now is None else now
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("heapscope-ctl-")]
+    except OSError:
+        return []
+    if not names:
+        return []
+    live = _mapped_folders()
+    removed = []
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or \
+                    now - st.st_mtime < STALE_AFTER or path in live:
+                continue
+            if all(_disposable(path, entry) for entry in os.listdir(path)):
+                shutil.rmtree(path)
+                removed.append(path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read: left alone
+    return removed
+
+
+def _disposable(folder: str, entry: str) -> bool:
+    """Whether an entry of a stale helper folder holds nothing of the run's: the helper's
+    copy, a socket, or an empty folder for a switched user's dumps."""
+    st = os.lstat(os.path.join(folder, entry))
+    if entry == LIBRARY_NAME and stat.S_ISREG(st.st_mode):
+        return True
+    if stat.S_ISSOCK(st.st_mode):
+        return True
+    return stat.S_ISDIR(st.st_mode) and not os.listdir(os.path.join(folder, entry))
+
+
 def prepare(session: str, owner: DumpOwner) -> Preload | None:
     """A socket folder for the program's helpers (mode 0711, the dump owner's, so a program
     that runs as that user makes its sockets there), a copy of the helper in it that every
@@ -229,6 +296,7 @@ def prepare(session: str, owner: DumpOwner) -> Preload | None:
     base = tempfile.gettempdir()
     if not _safe(base):
         base = "/tmp"
+    remove_stale(base)
     folder = tempfile.mkdtemp(prefix="heapscope-ctl-", dir=base)
     try:
         if not _safe(folder):
