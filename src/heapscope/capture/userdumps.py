@@ -105,9 +105,16 @@ class UserDumps:
         except (ContainerError, OSError):
             return None  # the rounds note the failed dumps; the report names the process
         with self.lock:
-            self.drops[pid] = (drop, where.inner_pid)
-            if where.lasting_root:
-                self.roots[pid] = where.root
+            got = self.drops.get(pid)
+            if got is None:
+                self.drops[pid] = (drop, where.inner_pid)
+                if where.lasting_root:
+                    self.roots[pid] = where.root
+        if got is not None:
+            # Another thread (the rounds, or the adopting loop) made one for it meanwhile:
+            # one folder per process, and this one goes at once.
+            drop.close()
+            return got[0].path("jeprof")
         return drop.path("jeprof")
 
     def _make(self, uid: int, gid: int) -> str:
