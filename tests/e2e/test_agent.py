@@ -49,13 +49,6 @@ def _tool(name: str) -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path
              ) -> Iterator[dict[str, subprocess.Popen[str]]]:
@@ -96,7 +89,7 @@ def _query(port: int, promql: str) -> list[dict[str, Any]]:
 def test_prometheus_sees_the_leak_and_not_the_cache(
         services: dict[str, subprocess.Popen[str]], tmp_path: Path) -> None:
     prometheus = _tool("prometheus")
-    agent_port, prom_port = _free_port(), _free_port()
+    agent_port, prom_port = je.free_port(), je.free_port()
     state = tmp_path / "state"
     agent = subprocess.Popen(
         [*je.HEAPSCOPE_CMD, "agent", "--match", _pattern(services, "(leak|cache)$"), "--every", "1",
@@ -171,7 +164,7 @@ def test_prometheus_sees_the_leak_and_not_the_cache(
     # Restarted on the same state, the agent resumes each window.
     again = je.run_heapscope("agent", "--match", _pattern(services, "(leak|cache)$"),
                              "--rounds", "1",
-                             "--listen", f"127.0.0.1:{_free_port()}", "--state", str(state),
+                             "--listen", f"127.0.0.1:{je.free_port()}", "--state", str(state),
                              cache=tmp_path / "cache", unprofiled=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("resuming a window of 12 dumps") == 2, again.stderr
@@ -329,7 +322,7 @@ def test_pyroscope_push_with_retries(services: dict[str, subprocess.Popen[str]],
     state = tmp_path / "state"
     try:
         p = je.run_heapscope("agent", "--pid", str(pid), "--rounds", "3", "--every", "1",
-                             "--listen", f"127.0.0.1:{_free_port()}", "--state", str(state),
+                             "--listen", f"127.0.0.1:{je.free_port()}", "--state", str(state),
                              "--pyroscope", f"http://127.0.0.1:{fake.port}",
                              cache=tmp_path / "cache", unprofiled=True, timeout=180)
     finally:
@@ -376,7 +369,7 @@ def test_pyroscope_push_with_retries(services: dict[str, subprocess.Popen[str]],
 
 
 def _agent(*args: str, tmp_path: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return je.run_heapscope("agent", "--listen", f"127.0.0.1:{_free_port()}", "--every", "0.5",
+    return je.run_heapscope("agent", "--listen", f"127.0.0.1:{je.free_port()}", "--every", "0.5",
                             *args, cache=tmp_path / "cache", unprofiled=True, timeout=timeout)
 
 
@@ -408,7 +401,7 @@ def test_targets_that_come_and_go(services: dict[str, subprocess.Popen[str]],
         libjemalloc)}, stdout=subprocess.PIPE, text=True)
     agent = subprocess.Popen(
         [*je.HEAPSCOPE_CMD, "agent", "--match", _pattern(services, "cache (short|unprofiled)$"),
-         "--every", "0.5", "--listen", f"127.0.0.1:{_free_port()}", "--state",
+         "--every", "0.5", "--listen", f"127.0.0.1:{je.free_port()}", "--state",
          str(tmp_path / "state")],
         env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
         stderr=subprocess.PIPE, text=True)
@@ -442,7 +435,7 @@ def test_config_file_and_sighup_reload(services: dict[str, subprocess.Popen[str]
     leak, cache = services["leak"].pid, services["cache"].pid
     config = tmp_path / "agent.toml"
     config.write_text(f'every = 0.5\nstate = "{tmp_path / "state"}"\n'
-                      f'listen = "127.0.0.1:{_free_port()}"\n[[target]]\npid = {cache}\n')
+                      f'listen = "127.0.0.1:{je.free_port()}"\n[[target]]\npid = {cache}\n')
     env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
     agent = subprocess.Popen([*je.HEAPSCOPE_CMD, "agent", "--config", str(config)],
                              env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
@@ -450,7 +443,7 @@ def test_config_file_and_sighup_reload(services: dict[str, subprocess.Popen[str]
     try:
         time.sleep(4)
         config.write_text(f'every = 0.5\nstate = "{tmp_path / "state"}"\n'
-                          f'listen = "127.0.0.1:{_free_port()}"\n[[target]]\npid = {leak}\n')
+                          f'listen = "127.0.0.1:{je.free_port()}"\n[[target]]\npid = {leak}\n')
         agent.send_signal(signal.SIGHUP)
         time.sleep(4)
         config.write_text("every = [oops\n")  # a broken file keeps the running settings
@@ -482,7 +475,7 @@ def test_dumps_written_by_the_service_itself(gcc: Path, libjemalloc: Path,
         **env, "LD_PRELOAD": str(libjemalloc),
         "MALLOC_CONF": f"prof:true,lg_prof_sample:14,lg_prof_interval:20,"
                        f"prof_prefix:{folder}/jeprof"})
-    port = _free_port()
+    port = je.free_port()
     agent = subprocess.Popen(
         [*je.HEAPSCOPE_CMD, "agent", "--dumps", str(folder), "--every", "1", "--window", "10",
          "--listen", f"127.0.0.1:{port}", "--state", str(tmp_path / "state")],
@@ -529,7 +522,7 @@ def test_duty_cycle_leaves_sampling_off_between_windows(
     env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
     agent = subprocess.Popen(
         [*je.HEAPSCOPE_CMD, "agent", "--pid", pid, "--every", "6", "--active", "0.5",
-         "--listen", f"127.0.0.1:{_free_port()}", "--state", str(tmp_path / "state")],
+         "--listen", f"127.0.0.1:{je.free_port()}", "--state", str(tmp_path / "state")],
         env={**env, "HEAPSCOPE_CACHE_DIR": str(tmp_path / "cache")},
         stderr=subprocess.PIPE, text=True)
     try:
@@ -578,7 +571,7 @@ def test_metrics_over_tls_only_for_clients_with_a_certificate(tmp_path: Path) ->
     certs.mkdir()
     c = _certificates(certs)
     (tmp_path / "dumps").mkdir()
-    port = _free_port()
+    port = je.free_port()
     env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
     agent = subprocess.Popen(
         [*je.HEAPSCOPE_CMD, "agent", "--dumps", str(tmp_path / "dumps"), "--every", "1",

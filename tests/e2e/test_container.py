@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -291,13 +290,6 @@ def test_a_root_only_its_namespace_sees(root: Path, libjemalloc: Path, tmp_path:
     assert f"container_svc.c:{LEAK_LINE}" in _top_row(p.stdout), p.stdout + p.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _cgroup_leaf(pid: int) -> str:
     """The last name of the service's cgroup as /proc says it (v2 entry, else the first v1
     controller's), "" at the root."""
@@ -311,7 +303,7 @@ def _cgroup_leaf(pid: int) -> str:
 
 def test_agent_watches_the_service_in_its_container(service: Service, tmp_path: Path) -> None:
     before = _walk(service.root)
-    port = _free_port()
+    port = je.free_port()
     env = {k: v for k, v in os.environ.items() if k not in je.PROFILING_ENV}
     agent = subprocess.Popen(
         [*je.HEAPSCOPE_CMD, "agent", "--match", f"^{EXE}$", "--every", "0.5", "--rounds", "30",

@@ -21,7 +21,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -68,12 +67,6 @@ def _worker_user() -> pwd.struct_passwd:
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)
     pytest.skip("neither www-data nor nobody exists to run nginx's workers as")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _write_conf(root: Path, user: str, port: int, *, daemon: bool) -> Path:
@@ -248,7 +241,7 @@ def test_nginx_master_and_both_workers_are_dumped_and_judged(
     the headline does not say "not examined", no leak is claimed (``--fail-on-leak 1G``
     exits 0), the helper's folder in /tmp is gone and every dump in ``dumps/`` is 0600."""
     user = _worker_user()
-    port = _free_port()
+    port = je.free_port()
     root = tmp_path / "nginx"
     root.mkdir()
     conf = _write_conf(root, user.pw_name, port, daemon=False)
@@ -365,7 +358,7 @@ def test_a_daemonizing_nginx_never_passes_the_gate_unseen(
     forked after the run stopped listening for forks, and on a busy machine even the
     master's fork event may not have been read yet; so only what was seen is checked."""
     user = _worker_user()
-    port = _free_port()
+    port = je.free_port()
     root = tmp_path / "nginx"
     root.mkdir()
     conf = _write_conf(root, user.pw_name, port, daemon=True)

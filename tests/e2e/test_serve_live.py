@@ -299,19 +299,13 @@ def test_attach_watch_serve(target: int, tmp_path: Path) -> None:
 # heapscope serve on the state folder of heapscope agent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_serve_follows_an_agent_state_folder(target: int, tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o711)
     # The viewer starts first: the target's session appears in the folder later.
     server = _heapscope("serve", str(state), tmp_path=tmp_path, stdin=subprocess.DEVNULL)
     agent = _heapscope("agent", "--pid", str(target), "--every", "1", "--window", "3",
-                       "--listen", f"127.0.0.1:{_free_port()}", "--state", str(state),
+                       "--listen", f"127.0.0.1:{je.free_port()}", "--state", str(state),
                        tmp_path=tmp_path, stdin=subprocess.DEVNULL)
     one = None
     try:

@@ -461,19 +461,27 @@ class _RecordingSymbolizer(LlvmSymbolizer):
         return super().lookup_many(requests)
 
 
-def test_small_modules_share_the_core_the_big_one_leaves(
-        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr("heapscope.symbols.resolve.SMALL", 30)
+def _program_and_two_libs(built: dict[str, Path], tmp_path: Path, in_program: int
+                          ) -> tuple[Path, list[Path], list[Mapping], list[list[int]]]:
+    """The program, two small libraries built from inline.c, their mappings, and stacks of
+    one address each: ``in_program`` in the program, 5 in each library."""
     pie = built["pie"]
     libs = [build_c("inline.c", tmp_path / f"lib{k}.so", "-O1", "-g", "-fPIC", "-shared")
             for k in range(2)]
     maps = mappings_for(pie, EXE_BASE) + [
         m for k, lib in enumerate(libs) for m in mappings_for(lib, LIB_BASE + k * 0x10000000)]
     code = [m for m in maps if m.executable]
-    # 40 addresses in the program (its own run), 5 in each library (one shared run).
-    stacks = [[code[0].start + k * 7 + 1] for k in range(40)] + [
+    stacks = [[code[0].start + k * 7 + 1] for k in range(in_program)] + [
         [m.start + k * 13 + 1] for m in code[1:] for k in range(5)]
+    return pie, libs, maps, stacks
+
+
+def test_small_modules_share_the_core_the_big_one_leaves(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("heapscope.symbols.resolve.SMALL", 30)
+    # 40 addresses in the program (its own run), 5 in each library (one shared run).
+    pie, libs, maps, stacks = _program_and_two_libs(built, tmp_path, 40)
     backend = _RecordingSymbolizer()
     shared = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
     assert sorted(backend.runs) == sorted([[str(pie)], [str(lib) for lib in libs]])
@@ -515,16 +523,9 @@ def test_a_module_is_split_only_over_cores_no_other_run_holds(
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr("heapscope.symbols.resolve.SMALL", 30)
     monkeypatch.setattr("heapscope.symbols.resolve.CHUNK", 25)
-    pie = built["pie"]
-    libs = [build_c("inline.c", tmp_path / f"lib{k}.so", "-O1", "-g", "-fPIC", "-shared")
-            for k in range(2)]
-    maps = mappings_for(pie, EXE_BASE) + [
-        m for k, lib in enumerate(libs) for m in mappings_for(lib, LIB_BASE + k * 0x10000000)]
-    code = [m for m in maps if m.executable]
     # 60 addresses in the program (two CHUNKs: at most two parts), 5 in each library (one
     # shared run, which holds a core of its own).
-    stacks = [[code[0].start + k * 7 + 1] for k in range(60)] + [
-        [m.start + k * 13 + 1] for m in code[1:] for k in range(5)]
+    pie, libs, maps, stacks = _program_and_two_libs(built, tmp_path, 60)
     backend = _RecordingSymbolizer()
     got = symbolize(profile(stacks, maps), opts(tmp_path), backend=backend)
     assert sorted(backend.runs) == sorted([[str(pie)]] * pie_runs

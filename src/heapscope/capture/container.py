@@ -28,7 +28,8 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from heapscope.files import create_new
+from heapscope.files import create_new, open_regular
+from heapscope.model import Mapping
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # Where inside the target's root the folder is made: the first that exists as a real folder
@@ -275,23 +276,32 @@ class Drop:
         self.close()
 
 
-def dump_module_paths(dump: str) -> set[str]:
-    """The files a dump's memory map names as mapped executable (the process's own view)."""
+def _code_mappings(dump: str) -> list[Mapping]:
+    """The file mappings a dump's memory map names as executable (the process's own view of
+    its files); none when the dump cannot be read."""
+    import io
+
     from heapscope.formats.maps import parse_maps_line
 
-    out: set[str] = set()
+    out: list[Mapping] = []
     try:
-        with open(dump, encoding="utf-8", errors="surrogateescape") as f:
+        with open_regular(dump) as raw, \
+                io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 if line.startswith("MAPPED_LIBRARIES:"):
                     break
             for line in f:
                 m = parse_maps_line(line)
                 if m is not None and "x" in m.perms and m.path.startswith("/"):
-                    out.add(m.path)
-    except OSError:
-        return set()
+                    out.append(m)
+    except (OSError, ValueError):
+        return []
     return out
+
+
+def dump_module_paths(dump: str) -> set[str]:
+    """The files a dump's memory map names as mapped executable (the process's own view)."""
+    return {m.path for m in _code_mappings(dump)}
 
 
 def container_modules(pid: int, dump: str) -> dict[str, str]:
@@ -299,21 +309,9 @@ def container_modules(pid: int, dump: str) -> dict[str, str]:
     names them with (its own view): path -> ``/proc/PID/map_files/<range>``, the mapped file
     itself. The host's /proc/PID/maps names the same files by host paths (or not at all), so
     the dump's own memory map is the one to follow; ranges are the same."""
-    from heapscope.formats.maps import parse_maps_line
-
     out: dict[str, str] = {}
-    try:
-        with open(dump, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                if line.startswith("MAPPED_LIBRARIES:"):
-                    break
-            for line in f:
-                m = parse_maps_line(line)
-                if m is None or "x" not in m.perms or not m.path.startswith("/"):
-                    continue
-                source = f"/proc/{pid}/map_files/{m.start:x}-{m.limit:x}"
-                if m.path not in out and os.path.exists(source):
-                    out[m.path] = source
-    except OSError:
-        return {}
+    for m in _code_mappings(dump):
+        source = f"/proc/{pid}/map_files/{m.start:x}-{m.limit:x}"
+        if m.path not in out and os.path.exists(source):
+            out[m.path] = source
     return out
