@@ -694,3 +694,50 @@ def test_zz_leak_precision_recall(series: SeriesRuns, record_property: Any) -> N
     record_property("leak_tp_fp_fn", (tp, fp, fn))
     assert not bounded_called_leak, f"bounded caches called leaks: {bounded_called_leak}\n{summary}"
     assert precision == 1.0 and recall == 1.0, summary
+
+
+@pytest.mark.parametrize("name", ["cache", "prefork"])
+def test_a_sliding_window_judges_as_leaks_does(series: SeriesRuns, name: str,
+                                               tmp_path: Path) -> None:
+    """The agent's window (kept between rounds, naming only new stacks) over a real
+    program's dumps, symbolized by llvm-symbolizer: at each position the report of
+    ``load_series`` + ``find_leaks`` on the same dumps (the verdicts ``heapscope leaks``
+    gives), process by process."""
+    from heapscope.analysis.leaks import find_leaks
+    from heapscope.analysis.series import group_by_pid, load_series
+    from heapscope.analysis.window import Window
+    from heapscope.capture.attach import naming_facts
+    from heapscope.capture.session import read_manifest
+    from heapscope.symbols import SymbolOptions
+
+    run = series.get(name)
+    options, aliases = naming_facts(read_manifest(str(run.session)),
+                                    SymbolOptions(cache_dir=str(tmp_path / "cache")))
+
+    def report(s: Any) -> list[tuple[Any, ...]]:
+        """Each suspect's name, stack, verdict and numbers, in a fixed order: a window
+        numbers its stacks as it met them, so rows of equal rank may come in another order
+        (and sums over them differ in the last bits)."""
+        doc = find_leaks([s], root=s.pid).as_dict()
+        return sorted((f["function"], "/".join(f["stack"]), f.get("rollup", ""), f["verdict"],
+                       round(f["bytes"], 3), round(f.get("growth_bytes_per_dump", 0.0), 3),
+                       round(f.get("q_value") or 0.0, 9)) for f in doc["suspects"])
+
+    size = 10
+    checked = 0
+    for pid, paths in group_by_pid([str(p) for p in run.dumps]).items():
+        w = Window(pid, size, options, aliases=aliases)
+        for k, path in enumerate(paths, 1):
+            w.add(path)
+            if k % 3 and k != len(paths):
+                continue  # every third position and the last: each costs a load_series
+            got = w.series()
+            want = load_series(pid, paths[max(0, k - size):k], options, aliases=aliases)
+            assert got.paths == want.paths
+            assert {s: got.values[i].tolist() for i, s in enumerate(got.sites)} == \
+                {s: want.values[i].tolist() for i, s in enumerate(want.sites)}
+            assert report(got) == report(want), (pid, k)
+            checked += 1
+        assert w.renamed < len(paths), "the sites were named again at every dump"
+    assert checked >= 13
+

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from heapscope.agent.push import Profile as PushedProfile
 from heapscope.agent.push import Pusher
 from heapscope.agent.targets import Selection, Target, cmdline, find, start_time
-from heapscope.analysis.leaks import LeakReport
+from heapscope.analysis.leaks import LeakReport, find_leaks
+from heapscope.analysis.window import Window
 from heapscope.capture import attach as at
 from heapscope.capture import session as sess
 from heapscope.capture.container import Drop
@@ -54,6 +55,10 @@ class Watched:
     skipped: int = 0  # dumps not taken: too little free disk
     last_error: str = ""
     last_time: float = 0.0  # unix time of the last dump
+    # The window kept reduced between rounds, and the naming facts it was made with (a new
+    # module recorded in the manifest makes a new one).
+    window: Window | None = None
+    window_facts: tuple[SymbolOptions, dict[str, str]] | None = None
 
 
 @dataclass
@@ -85,6 +90,12 @@ def pprof_of(path: str, symbols: SymbolOptions) -> bytes:
     profile = prepare(path, symbols, frames=FramePolicy(mode="raw"), reuse=False).profile
     return render_pprof([profile], PprofOptions(build_id=file_build_ids(),
                                                 default_sample_type="inuse_space"))
+
+
+def _same_facts(a: tuple[SymbolOptions, dict[str, str]],
+                b: tuple[SymbolOptions, dict[str, str]]) -> bool:
+    """True when two rounds would name a dump alike (the same recorded modules and aliases)."""
+    return a[1] == b[1] and a[0].recorded == b[0].recorded
 
 
 def make_state(path: str) -> None:
@@ -158,8 +169,7 @@ class Agent:
     def _read_folder(self, folder: str) -> None:
         """Judge the dumps services write themselves into ``folder`` (``prof_interval``,
         ``prof_gdump``, ``prof.dump``): no attach, and nothing there is ever deleted."""
-        from heapscope.analysis.leaks import find_leaks
-        from heapscope.analysis.series import group_by_pid, load_series
+        from heapscope.analysis.series import group_by_pid
         from heapscope.formats.trust import Ignored
         from heapscope.prepare import expand_inputs
 
@@ -188,7 +198,7 @@ class Agent:
                 continue
             window = dumps[-self.opts.window:]
             try:
-                series = load_series(pid, window, self.opts.symbols)
+                series = self._slide(w, window, (self.opts.symbols, {})).series()
             except HeapscopeError as e:
                 w.errors += 1
                 w.last_error = str(e)
@@ -329,6 +339,8 @@ class Agent:
                 r = HeapscopeError(at.dump_problem(target.pid, path, rc,
                                                    confined=drop is not None))
             self._failed(key, target, r)
+        # Once a round, not once a dump: it lists every target's dumps.
+        self._keep_budget()
 
     def _judge(self, w: Watched, path: str, pause: float) -> None:
         """Book a new dump: seal it, move the window, judge it, push it."""
@@ -345,10 +357,11 @@ class Agent:
                 w.dropped += 1
             except OSError:
                 pass
-        self._keep_budget()
         dumps = [d for d in dumps[-self.opts.window:] if os.path.exists(d)]
         try:
-            w.report = at.analyse(w.session, w.target.pid, dumps, self.opts.symbols)
+            m = sess.read_manifest(w.session)
+            series = self._slide(w, dumps, at.naming_facts(m, self.opts.symbols)).series()
+            w.report = at.judge_series(w.session, m, series)
         except HeapscopeError as e:
             w.errors += 1
             w.last_error = str(e)
@@ -357,6 +370,37 @@ class Agent:
         w.last_error = ""
         self._push(w, path, taken)
         w.last_time = taken
+
+    def _slide(self, w: Watched, dumps: list[str],
+               facts: tuple[SymbolOptions, dict[str, str]]) -> Window:
+        """``w``'s window made to hold ``dumps`` (oldest first): the dumps gone are
+        forgotten, the new ones read; only what is new is named. A window is made afresh on
+        the first round (a restarted agent: from the dumps kept on disk), when the session's
+        naming facts changed, or when ``dumps`` is not the window's tail plus new ones."""
+        win = w.window
+        if win is None or w.window_facts is None or \
+                not _same_facts(w.window_facts, facts):
+            win = None
+        if win is not None:
+            dumps = [p for p in dumps if p not in win.refused]  # tried once is enough
+            keep = set(dumps)
+            for p in win.paths:
+                if p not in keep:
+                    win.drop(p)
+            if dumps[:len(win.paths)] != win.paths:
+                win = None
+        if win is None:
+            win = Window(w.target.pid, self.opts.window, facts[0], aliases=facts[1])
+            w.window, w.window_facts = win, facts
+        for p in dumps[len(win.paths):]:
+            try:
+                win.add(p)
+            except HeapscopeError as e:  # as `leaks` does: a damaged dump is left out
+                w.last_error = str(e)
+        if not win.paths:
+            raise HeapscopeError("no dump of the window could be read" +
+                                 (f": {w.last_error}" if w.last_error else ""))
+        return win
 
     def _push(self, w: Watched, path: str, taken: float) -> None:
         """Hand one dump to each profile backend."""

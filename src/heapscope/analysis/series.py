@@ -168,13 +168,61 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         memory.save()
     if not dumps:
         return unreadable_series(pid, skipped)
-    table = scanner.table.stacks
-    # Only the stacks these dumps use (a remembered table may hold stacks of dumps since gone),
-    # marked in place: sorting the ids of every dump together costs a long series seconds.
-    seen = np.zeros(len(table), dtype=bool)
+
+    def symbols(union: Profile) -> tuple[MappingT[int, Location], list[Diagnostic]]:
+        sym = symbolize(union, options, progress)
+        return sym.profile.locations, list(sym.diagnostics)
+
+    naming = name_stacks(pid, scanner.table.stacks, dumps, symbols, aliases, frames)
+    kept_raw = []
+    if keep_raw:
+        locations = naming.locations
+        for r in parsed:
+            own = r.addresses()
+            kept_raw.append(r.with_(locations=MappingProxyType(
+                {a: loc for a, loc in locations.items() if a in own})))
+    return series_of(pid, dumps, naming, kept_raw, skipped)
+
+
+#: How a series' addresses get their names: (the union profile of its stacks, with no
+#: locations) -> (a location for every address of those stacks, what the symbolizer said).
+Namer = Callable[[Profile], tuple[MappingT[int, Location], list[Diagnostic]]]
+
+
+@dataclass
+class Naming:
+    """What the distinct stacks of a series (those its dumps use) are called: the sites,
+    and the union profile pruned and folded, as :func:`series_of` needs them."""
+
+    used: npt.NDArray[np.int64]  # the stack ids named, ascending
+    sites: list[SiteKey]
+    site_of: npt.NDArray[np.int64]  # per stack id of the table: its site, -1 if none
+    used_site: npt.NDArray[np.int64]  # per used stack: its site
+    site_stacks: dict[SiteKey, tuple[int, ...]]
+    pruned: Profile  # the used stacks, in ``used`` order, pruned and folded
+    locations: MappingT[int, Location]  # every address of the used stacks, as symbolized
+    wrappers: Wrappers
+    diagnostics: list[Diagnostic]
+
+
+def used_stacks(dumps: list[DumpCounts], table_size: int) -> npt.NDArray[np.int64]:
+    """The ids of the stacks these dumps use, ascending."""
+    # Marked in place (a remembered table may hold stacks of dumps since gone): sorting the
+    # ids of every dump together costs a long series seconds.
+    seen = np.zeros(table_size, dtype=bool)
     for d in dumps:
         seen[d.ids] = True
-    used = np.flatnonzero(seen).astype(np.int64)
+    return np.flatnonzero(seen).astype(np.int64)
+
+
+def name_stacks(pid: int | None, table: list[tuple[int, ...]], dumps: list[DumpCounts],
+                namer: Namer, aliases: MappingT[str, str] | None = None,
+                frames: FramePolicy | None = None,
+                used: npt.NDArray[np.int64] | None = None) -> Naming:
+    """Name the stacks of ``table`` the dumps use: symbolized by ``namer`` (unless the dumps
+    carry their own names), modules aliased, pruned, folded into sites."""
+    if used is None:
+        used = used_stacks(dumps, len(table))
     stacks = [table[int(i)] for i in used]
     union = _union_profile(pid, stacks, dumps)
     diagnostics: list[Diagnostic] = []
@@ -182,29 +230,34 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
         merged: dict[int, Location] = {}
         for d in dumps:
             merged.update(d.locations)  # heapscope profiles carry their own symbols
-        locations = MappingProxyType(merged)
+        locations: MappingT[int, Location] = MappingProxyType(merged)
     else:
-        sym = symbolize(union, options, progress)
-        diagnostics.extend(sym.diagnostics)
-        locations = MappingProxyType(dict(sym.profile.locations))
+        named, said = namer(union)
+        diagnostics.extend(said)
+        locations = MappingProxyType(dict(named))
     union = alias_modules(union.with_(locations=locations), aliases or {})
     folded = fold(prune(union), frames)
     pruned = folded.profile
     sites, used_site, site_stacks = _sites(stacks, pruned)
     site_of = np.full(len(table), -1, dtype=np.int64)
     site_of[used] = used_site
-    values, objects, samples = _matrices(dumps, site_of, len(sites))
-    site_via = _site_via(sites, used, used_site, pruned, dumps[-1], len(table))
-    kept_raw = []
-    if keep_raw:
-        for r in parsed:
-            own = r.addresses()
-            kept_raw.append(r.with_(locations=MappingProxyType(
-                {a: loc for a, loc in locations.items() if a in own})))
+    return Naming(used, sites, site_of, used_site, site_stacks, pruned, locations,
+                  folded.wrappers, diagnostics)
+
+
+def series_of(pid: int | None, dumps: list[DumpCounts], naming: Naming,
+              raw: list[Profile] | None = None, skipped: list[str] | None = None
+              ) -> ProcessSeries:
+    """The series of these dumps, their stacks named by ``naming``."""
+    sites = naming.sites
+    values, objects, samples = _matrices(dumps, naming.site_of, len(sites))
+    site_via = _site_via(sites, naming.used, naming.used_site, naming.pruned, dumps[-1],
+                         len(naming.site_of))
     return ProcessSeries(pid, [d.path for d in dumps], sites, values, objects, samples,
-                         site_stacks, pruned.with_(samples=()), [d.time for d in dumps],
-                         diagnostics, kept_raw, [d.kind for d in dumps], site_via,
-                         folded.wrappers, skipped)
+                         naming.site_stacks, naming.pruned.with_(samples=()),
+                         [d.time for d in dumps], list(naming.diagnostics), raw or [],
+                         [d.kind for d in dumps], site_via, naming.wrappers,
+                         list(skipped or []))
 
 
 def _reading(progress: ProgressFn | None, pid: int | None, n: int

@@ -18,7 +18,7 @@ from typing import Any
 
 from heapscope.analysis.leaks import LeakReport, find_leaks
 from heapscope.analysis.ownership import exe_aliases, facts_from_manifest
-from heapscope.analysis.series import group_by_pid, load_series
+from heapscope.analysis.series import ProcessSeries, group_by_pid, load_series
 from heapscope.capture import session as sess
 from heapscope.capture.access import DumpOwner, user_name
 from heapscope.capture.container import (
@@ -372,12 +372,26 @@ def analyse(session: str, pid: int, dumps: list[str], options: SymbolOptions,
     ``rounds`` ({"rounds", "missed_rounds", "missed_why"}) says how many rounds of a series
     were asked and missed."""
     m = sess.read_manifest(session)
-    options = options.with_recorded(sess.recorded_facts(m))
-    series = load_series(pid, dumps, options, progress,
-                         aliases=exe_aliases(facts_from_manifest(m)))
-    info = {p["pid"]: dict(p) for p in m.get("processes", [])
+    options, aliases = naming_facts(m, options)
+    series = load_series(pid, dumps, options, progress, aliases=aliases)
+    return judge_series(session, m, series, rounds)
+
+
+def naming_facts(manifest: dict[str, Any], options: SymbolOptions
+                 ) -> tuple[SymbolOptions, dict[str, str]]:
+    """What the session's manifest adds to naming its dumps: the modules it recorded (for
+    the symbolizer) and the aliases of the executable's paths."""
+    return (options.with_recorded(sess.recorded_facts(manifest)),
+            exe_aliases(facts_from_manifest(manifest)))
+
+
+def judge_series(session: str, manifest: dict[str, Any], series: ProcessSeries,
+                 rounds: dict[str, Any] | None = None) -> LeakReport:
+    """The leak report of one target's series, with what the session knows of it."""
+    pid = series.pid
+    info = {p["pid"]: dict(p) for p in manifest.get("processes", [])
             if isinstance(p, dict) and isinstance(p.get("pid"), int)}
-    if rounds:
+    if rounds and pid is not None:
         info.setdefault(pid, {"pid": pid}).update(rounds)
         # Kept with the session: `heapscope leaks SESSION` later judges the same way.
         update_manifest(session, processes=[info[p] for p in sorted(info)])
