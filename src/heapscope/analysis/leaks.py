@@ -11,6 +11,7 @@ and memory a forked child inherited from its parent is not counted as the child'
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from heapscope.analysis.judge import ProcessJudgement, SiteSeries, judge_process
 from heapscope.analysis.processes import QUIET_ROLES, role
 from heapscope.analysis.series import ProcessSeries, SiteKey
 from heapscope.analysis.suppress import Suppression
-from heapscope.model import Profile, ViaFrame
+from heapscope.model import Location, Profile, ViaFrame
 from heapscope.units import plural
 
 LEAK = trend.LEAK
@@ -295,24 +296,27 @@ def _site_fields(profile: Profile, stack: tuple[int, ...]) -> tuple[str, str, in
 
 class _Expected:
     """Whether a stack was allocated by a runtime as it started (the dynamic loader, or a
-    built-in suppression), deciding each address once: stacks share most of them."""
+    built-in suppression). Each address is decided once, the built-in patterns tried as one,
+    and a stack is then one set test: thousands of sites share most of their addresses."""
 
-    def __init__(self, profile: Profile, builtin: list[Suppression]) -> None:
-        self.profile = profile
-        self.builtin = builtin
-        self.memo: dict[int, bool] = {}
+    def __init__(self, profile: Profile, builtin: list[Suppression],
+                 stacks: Iterable[tuple[int, ...]]) -> None:
+        # Any of the patterns matching any frame's function is one search of their union.
+        rule = re.compile("|".join(f"(?:{s.regex.pattern})" for s in builtin)) \
+            if builtin else None
+        self.addresses = frozenset(
+            a for a in set().union(*stacks)
+            if _from_runtime(profile.location(a), rule))
 
     def __call__(self, stack: tuple[int, ...]) -> bool:
-        memo = self.memo
-        for a in stack:
-            got = memo.get(a)
-            if got is None:
-                loc = self.profile.location(a)
-                got = memo[a] = loc.module.startswith(_LOADER_PREFIX) or any(
-                    s.matches([f.function for f in loc.frames]) for s in self.builtin)
-            if got:
-                return True
-        return False
+        return bool(self.addresses) and not self.addresses.isdisjoint(stack)
+
+
+def _from_runtime(loc: Location, rule: re.Pattern[str] | None) -> bool:
+    if loc.module.startswith(_LOADER_PREFIX):
+        return True
+    return rule is not None and any(rule.search(f.function) for f in loc.frames
+                                    if f.function)
 
 
 def _suppressed_by(texts: list[str], rules: list[Suppression]) -> str:
@@ -345,14 +349,13 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
                                                   strict=True)}
     findings: list[Finding] = []
     single = judged.judged < 2
-    expected = _Expected(profile, builtin)
+    expected = _Expected(profile, builtin, series.site_stacks.values())
     for s in judged.sites:
         stack = series.site_stacks[s.key]
         function, file, line, module = fields[s.key]
         f = Finding(series.pid, function, file, line, module, s.key[:24], s.bytes, s.objects,
                     s.verdict, s.values, s.trend, at_exit=s.at_exit,
                     via=series.site_via.get(s.key, ()))
-        texts = [*f.stack, function, file, module]
         last_bytes = s.values[-1] if s.values else 0.0
         if expected(stack):
             if single:
@@ -366,7 +369,8 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
             else:
                 f.bytes = own
                 last_bytes = own
-        f.suppressed_by = _suppressed_by(texts, rules)
+        if rules:
+            f.suppressed_by = _suppressed_by([*f.stack, function, file, module], rules)
         if f.suppressed_by:
             f.verdict = SUPPRESSED
             last_bytes = 0.0

@@ -218,9 +218,11 @@ def used_stacks(dumps: list[DumpCounts], table_size: int) -> npt.NDArray[np.int6
 def name_stacks(pid: int | None, table: list[tuple[int, ...]], dumps: list[DumpCounts],
                 namer: Namer, aliases: MappingT[str, str] | None = None,
                 frames: FramePolicy | None = None,
-                used: npt.NDArray[np.int64] | None = None) -> Naming:
+                used: npt.NDArray[np.int64] | None = None,
+                keys: dict[tuple[int, ...], SiteKey] | None = None) -> Naming:
     """Name the stacks of ``table`` the dumps use: symbolized by ``namer`` (unless the dumps
-    carry their own names), modules aliased, pruned, folded into sites."""
+    carry their own names), modules aliased, pruned, folded into sites. ``keys``: see
+    :func:`_sites`."""
     if used is None:
         used = used_stacks(dumps, len(table))
     stacks = [table[int(i)] for i in used]
@@ -238,7 +240,7 @@ def name_stacks(pid: int | None, table: list[tuple[int, ...]], dumps: list[DumpC
     union = alias_modules(union.with_(locations=locations), aliases or {})
     folded = fold(prune(union), frames)
     pruned = folded.profile
-    sites, used_site, site_stacks = _sites(stacks, pruned)
+    sites, used_site, site_stacks = _sites(stacks, pruned, keys)
     site_of = np.full(len(table), -1, dtype=np.int64)
     site_of[used] = used_site
     return Naming(used, sites, site_of, used_site, site_stacks, pruned, locations,
@@ -305,25 +307,32 @@ def _jobs() -> int:
     return max(1, min(2, cores))
 
 
-def _sites(stacks: list[tuple[int, ...]], pruned: Profile
+def _sites(stacks: list[tuple[int, ...]], pruned: Profile,
+           keys: dict[tuple[int, ...], SiteKey] | None = None
            ) -> tuple[list[SiteKey], npt.NDArray[np.int64], dict[SiteKey, tuple[int, ...]]]:
-    """Each stack's site (by name), as an index; -1 for empty stacks."""
+    """Each stack's site (by name), as an index; -1 for empty stacks. ``keys`` remembers
+    the name of each pruned stack (a window keeps it from round to round: the addresses'
+    names do not change)."""
     locs = pruned.locations
     texts: dict[int, list[str]] = {}
+    if keys is None:
+        keys = {}
     index: dict[SiteKey, int] = {}
     site_stacks: dict[SiteKey, tuple[int, ...]] = {}
     site_of = np.full(len(stacks), -1, dtype=np.int64)
     for i, (raw, cut) in enumerate(zip(stacks, pruned.samples, strict=True)):
         if not raw:
             continue
-        words: list[str] = []
-        for a in cut.stack:
-            t = texts.get(a)
-            if t is None:
-                loc = locs.get(a)
-                t = texts[a] = frame_texts(loc if loc is not None else Location(a))
-            words.extend(t)
-        key = tuple(words)
+        key = keys.get(cut.stack)
+        if key is None:
+            words: list[str] = []
+            for a in cut.stack:
+                t = texts.get(a)
+                if t is None:
+                    loc = locs.get(a)
+                    t = texts[a] = frame_texts(loc if loc is not None else Location(a))
+                words.extend(t)
+            key = keys[cut.stack] = tuple(words)
         j = index.get(key)
         if j is None:
             j = index[key] = len(index)

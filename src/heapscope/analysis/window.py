@@ -29,6 +29,7 @@ from heapscope.analysis.fold import FramePolicy
 from heapscope.analysis.series import (
     Naming,
     ProcessSeries,
+    SiteKey,
     name_stacks,
     series_of,
     used_stacks,
@@ -53,6 +54,7 @@ class Window:
         self.scanner = Scanner()  # in memory only: the window outlives no process
         self.dumps: deque[DumpCounts] = deque()
         self.locations: dict[int, Location] = {}
+        self.keys: dict[tuple[int, ...], SiteKey] = {}  # each pruned stack's site name
         self.said: dict[Diagnostic, None] = {}  # every diagnostic so far, in order, once
         self.naming: Naming | None = None
         self.renamed = 0  # rounds that had to name the sites again (for benches and tests)
@@ -92,15 +94,17 @@ class Window:
         naming = self.naming
         if naming is None or not np.array_equal(used, naming.used):
             naming = self.naming = name_stacks(self.pid, table, dumps, self._name,
-                                               self.aliases, self.frames, used)
+                                               self.aliases, self.frames, used, self.keys)
             self.renamed += 1
         return series_of(self.pid, dumps, naming)
 
     def _name(self, union: Profile) -> tuple[MappingT[int, Location], list[Diagnostic]]:
         """Locations of every address of ``union``'s stacks; only the new are symbolized."""
         known = self.locations
-        fresh = [s for s in union.samples if any(a not in known for a in s.stack)]
-        if fresh:
+        addresses = union.addresses()
+        new = addresses.difference(known)
+        if new:
+            fresh = [s for s in union.samples if not new.isdisjoint(s.stack)]
             zero = (0.0, 0.0, 0.0, 0.0)
             # Each address is named on its own, so naming the stacks that hold new addresses
             # gives them the names the whole union would.
@@ -110,5 +114,4 @@ class Window:
             known.update(sym.profile.locations)
             for d in sym.diagnostics:
                 self.said.setdefault(d, None)
-        wanted = {a: known[a] for s in union.samples for a in s.stack if a in known}
-        return wanted, list(self.said)
+        return {a: known[a] for a in addresses if a in known}, list(self.said)
