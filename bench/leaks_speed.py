@@ -249,6 +249,7 @@ def main() -> int:
         except ValueError:
             print("heapscope leaks printed no JSON")
             ok = False
+    ran = ok  # each target is judged on its own: a slow run may still meet the memory one
     for what, limit in TARGETS.get((args.stacks, args.dumps), {}).items():
         if what == "rss":
             got = max(peak.values()) if peak else None
@@ -258,11 +259,11 @@ def main() -> int:
             got = median.get(what)
             shown = f"{got:.2f} s" if got is not None else "failed"
             wanted = f"<= {limit:g} s {what}"
-        met = ok and got is not None and got <= limit
+        met = ran and got is not None and got <= limit
         print(f"target: {args.dumps} dumps of a {args.stacks}-stack process, {wanted}: "
               f"{shown} -> {'met' if met else 'MISSED'}")
         ok = ok and met
-    if ok and args.dumps >= 100:
+    if ran and args.dumps >= 100:
         plus = plus_one(session, hs, env)
         met = plus is not None and plus < PLUS_ONE_SECONDS
         print(f"target: one more dump judged in under {PLUS_ONE_SECONDS:.0f} s: "

@@ -17,6 +17,8 @@ judging:
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +29,13 @@ from heapscope.analysis.stats import bh_qvalues
 
 TEARDOWN_SHARE = 0.5  # an exit dump holding less than this share of the dump before it
 Q_FAMILY = 0.05  # false-discovery rate of leak verdicts within one process
-BLOCK = 1 << 21  # cells judged at once (bounds memory on long series of big processes)
+# Cells judged at once, which bounds the temporaries on long series of big processes. A
+# series short enough for the whole-series fit (trend.WHITE_MAX dumps) is judged in blocks of
+# BLOCK cells of the process's rows: that fit multiplies matrices, whose rounding depends on
+# the rows multiplied together, so its blocks stay where they always were. Longer series are
+# judged row by row and take blocks of LONG_BLOCK cells of the rows to judge.
+BLOCK = 1 << 21
+LONG_BLOCK = 1 << 17
 ROLLUP_SHARE = 0.5  # a roll-up is shown when its leaking sites explain less than this
 
 
@@ -36,7 +44,9 @@ class SiteSeries:
     """One site (or roll-up of sites) of one process: its values and verdict."""
 
     key: SiteKey
-    values: list[float]  # estimated live bytes per dump, exit dump included
+    # Estimated live bytes per dump, exit dump included. Never changed in place: sites whose
+    # bytes never changed share one list (see value_lists).
+    values: list[float]
     objects: float  # estimated objects at the last judged dump
     trend: trend.Trend | None  # None for a single judged dump
     at_exit: float | None = None  # bytes in the exit dump, when it was set aside
@@ -128,28 +138,40 @@ def _times(series: ProcessSeries, judged: int) -> list[float] | None:
 
 def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
                 objects: np.ndarray, judged: int, times: list[float] | None,
-                teardown: bool, *, rollup: str = "", members: list[int] | None = None
-                ) -> list[SiteSeries]:
-    """Trend verdicts for each row, with the family-wide correction of leak verdicts.
+                teardown: bool) -> list[SiteSeries]:
+    """Each row as a site with its trend verdict (none for a single judged dump).
     ``values``, ``counts`` and ``objects`` are the rows' estimated bytes, sampled objects
     and estimated objects per dump."""
-    out: list[SiteSeries] = []
-    if judged < 2:
-        for i, k in enumerate(keys):
-            out.append(SiteSeries(k, values[i].tolist(), float(objects[i, judged - 1]), None,
-                                  float(values[i, -1]) if teardown else None, rollup,
-                                  members[i] if members else 1))
-        return out
+    trends: list[trend.Trend | None] = [None] * len(keys)
+    if judged >= 2:
+        trends = list(_verdicts(values, counts, objects, judged, times))
+    lists = value_lists(values)  # after the verdicts: their temporaries are gone by now
+    last_objects = objects[:, judged - 1].tolist()
+    at_exit: list[float | None] = values[:, -1].tolist() if teardown else [None] * len(keys)
+    return [SiteSeries(k, lists[i], last_objects[i], trends[i], at_exit[i])
+            for i, k in enumerate(keys)]
+
+
+def _verdicts(values: np.ndarray, counts: np.ndarray, objects: np.ndarray, judged: int,
+              times: list[float] | None) -> list[trend.Trend]:
+    """The trend of each row over the first ``judged`` dumps, with the family-wide
+    correction of leak verdicts."""
     y = values[:, :judged]
     c = counts[:, :judged]
     o = objects[:, :judged]
+    pick, back = distinct_rows(c, y, o)
+    judged_rows = _trends(c, y, o, pick, times)
+    return _control_family([judged_rows[b] for b in back.tolist()], y)
+
+
+def _trends(c: np.ndarray, y: np.ndarray, o: np.ndarray, pick: np.ndarray,
+            times: list[float] | None) -> list[trend.Trend]:
+    """The trend of each row ``pick`` names (in its order), a block at a time."""
     trends: list[trend.Trend] = []
-    step = max(1, BLOCK // judged)
     spread = trend.uneven(times)
-    for lo in range(0, len(keys), step):
-        hi = min(len(keys), lo + step)
-        j = trend.judge_counts(c[lo:hi], y[lo:hi], o[lo:hi])
-        yb, cb = y[lo:hi], c[lo:hi]
+    for rows in _blocks(pick, c.shape[0], c.shape[1]):
+        cb, yb, ob = c[rows], y[rows], o[rows]
+        j = trend.judge_counts(cb, yb, ob)
         for i, t in enumerate(trend.describe_all(j, cb, yb, times)):
             # Growth that stopped per dump but not in time (dumps that came unevenly) is not
             # bounded: it is growing, and its process is never called clean for it.
@@ -159,11 +181,84 @@ def _judge_rows(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
                 small = cb[i, -1] - cb[i, 0] < trend.MIN_NEW_SAMPLES
                 t = t.with_verdict(trend.STEADY if small else trend.GROWING)
             trends.append(t)
-    trends = _control_family(trends, y)
-    for i, k in enumerate(keys):
-        out.append(SiteSeries(k, values[i].tolist(), float(objects[i, judged - 1]), trends[i],
-                              float(values[i, -1]) if teardown else None, rollup,
-                              members[i] if members else 1))
+    return trends
+
+
+def _blocks(pick: np.ndarray, rows: int, judged: int) -> Iterator[slice | np.ndarray]:
+    """The rows of ``pick`` (ascending, out of ``rows``) judged together, in order: slices
+    (views) when every row is picked, else selections (copies). See BLOCK."""
+    if judged <= trend.WHITE_MAX:
+        step = max(1, BLOCK // judged)
+        bounds = np.searchsorted(pick, np.arange(0, rows + step, step)).tolist()
+    else:
+        step = max(1, LONG_BLOCK // judged)
+        bounds = list(range(0, pick.size + step, step))
+    everything = pick.size == rows
+    for lo, hi in itertools.pairwise(bounds):
+        hi = min(hi, pick.size)
+        if lo < hi:
+            yield slice(lo, hi) if everything else pick[lo:hi]
+
+
+def distinct_rows(c: np.ndarray, y: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows to judge, and for each row the position among them of the row judged for it).
+
+    Most sites of a big process hold the same objects dump after dump: their rows are level,
+    and level rows with the same counts, bytes and objects have the same trend to the last
+    bit (a level row's statistics come from its own numbers alone), so one of them is
+    judged for all. Rows are compared by their bits, so that no two rows that differ in any
+    way (not even 0.0 against -0.0) share a judgement.
+    """
+    rows = c.shape[0]
+    level = np.ones(rows, dtype=np.bool_)
+    for a in (c, y, o):
+        bits = a.view(np.int64)
+        level &= np.all(bits[:, 1:] == bits[:, :1], axis=1)
+    every = np.arange(rows, dtype=np.int64)
+    flat = np.flatnonzero(level)
+    if flat.size < 2:
+        return every, every
+    firsts = np.stack([a[flat, 0] for a in (c, y, o)], axis=1).view(np.int64)
+    _, first, inverse = np.unique(firsts, axis=0, return_index=True, return_inverse=True)
+    rep = every.copy()
+    rep[flat] = flat[first[inverse.reshape(-1)]]
+    pick = np.flatnonzero(rep == every)
+    return pick, np.searchsorted(pick, rep)
+
+
+def value_lists(values: np.ndarray) -> list[list[float]]:
+    """Each row of ``values`` as a list of floats, a run of equal values sharing one float,
+    and rows that hold one value throughout sharing one list.
+
+    A process's 20,000 sites over 300 dumps are six million values; most sites hold the
+    same bytes for long runs of dumps (most of them for the whole series), so a float per
+    run and a list per level row save both the time to make them and the memory they take
+    (hundreds of MB otherwise). The lists are values: nobody changes them in place.
+    """
+    n = values.shape[1]
+    if n < 2:
+        return values.tolist()  # type: ignore[no-any-return]
+    bits = values.view(np.int64)
+    change = bits[:, 1:] != bits[:, :-1]
+    runs = np.count_nonzero(change, axis=1).tolist()
+    firsts = values[:, 0].tolist()
+    keys = bits[:, 0].tolist()  # the bits of each row's value: 0.0 is not -0.0
+    level: dict[int, list[float]] = {}
+    out: list[list[float]] = []
+    for i, r in enumerate(runs):
+        if r == 0:
+            row = level.get(keys[i])
+            if row is None:
+                row = level[keys[i]] = [firsts[i]] * n
+            out.append(row)
+        elif 4 * r > n:
+            out.append(values[i].tolist())
+        else:
+            cuts = [0, *(np.flatnonzero(change[i]) + 1).tolist(), n]
+            row = []
+            for v, a, b in zip(values[i, cuts[:-1]].tolist(), cuts, cuts[1:], strict=False):
+                row += [v] * (b - a)
+            out.append(row)
     return out
 
 
@@ -176,7 +271,7 @@ def _control_family(trends: list[trend.Trend], y: np.ndarray) -> list[trend.Tren
     short to tell a leak from a filling cache counts its ``growing`` sites against
     ``--fail-on-leak``, so there they must pass the same correction (or be ``steady``).
     """
-    moved = [i for i in range(len(trends)) if np.ptp(y[i]) > 0]
+    moved = np.flatnonzero(np.ptp(y, axis=1) > 0).tolist()
     short = y.shape[1] < trend.MIN_WINDOW
     p = [min(trends[i].p_value, stats.normal_sf(trends[i].rise_z)) if short
          else trends[i].p_value for i in moved]
@@ -216,19 +311,22 @@ def _rollups(keys: list[SiteKey], values: np.ndarray, counts: np.ndarray,
         names = [g for g, rows in groups.items() if len(rows) >= 2]
         if not names:
             continue
-        v = np.stack([values[groups[g]].sum(axis=0) for g in names])
-        c = np.stack([counts[groups[g]].sum(axis=0) for g in names])
-        objs = np.stack([objects[groups[g]].sum(axis=0) for g in names])
-        found = _judge_rows([(g,) for g in names], v, c, objs, judged, times, teardown,
-                            rollup=kind, members=[len(groups[g]) for g in names])
-        for g, r in zip(names, found, strict=True):
-            t = r.trend
-            if t is None or t.verdict != trend.LEAK or t.growth <= 0:
+        v, c, objs = (np.empty((len(names), values.shape[1])) for _ in range(3))
+        for r, g in enumerate(names):
+            v[r] = values[groups[g]].sum(axis=0)
+            c[r] = counts[groups[g]].sum(axis=0)
+            objs[r] = objects[groups[g]].sum(axis=0)
+        # Only the roll-ups reported become sites: most of a big process's are not.
+        found = _verdicts(v, c, objs, judged, times)
+        for row, (g, t) in enumerate(zip(names, found, strict=True)):
+            if t.verdict != trend.LEAK or t.growth <= 0:
                 continue
             explained = sum(growth.get(keys[i], 0.0) for i in groups[g] if keys[i] in covered)
             if explained >= ROLLUP_SHARE * t.growth:
                 continue
-            reported.append(r)
+            reported.append(SiteSeries((g,), v[row].tolist(), float(objs[row, judged - 1]), t,
+                                       float(v[row, -1]) if teardown else None, kind,
+                                       len(groups[g])))
             for i in groups[g]:
                 covered.add(keys[i])
                 growth.setdefault(keys[i], max(float(values[i, judged - 1] - values[i, 0]), 0.0))

@@ -6,6 +6,12 @@ of its dumps) keeps the process's stack table and each dump's counts, keyed by t
 real path, size, modification time and inode: a dump that changed is scanned again. Entries
 are written atomically; a damaged or foreign file is ignored and replaced. Profiles that
 carry their own symbols (heapscope's copies) are not kept: they are small and self-contained.
+
+A file is a small marshal head (the stack table, the memory maps, each dump's facts and
+lengths) and then the dumps' arrays as raw bytes, every dump's stack ids first, then their
+counts, then their bytes. A long series' arrays are hundreds of MB: written one by one and
+read back into one buffer of each kind, they are never held twice (as one marshal blob
+would be), and the buffers go back to the system as soon as the series no longer needs them.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ import contextlib
 import hashlib
 import marshal
 import os
+import struct
 import sys
 import tempfile
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -25,7 +32,10 @@ from heapscope.files import open_private
 from heapscope.formats.scan import DumpCounts, StackTable
 from heapscope.model import Mapping
 
-_FORMAT = 1
+_FORMAT = 2
+_LENGTH = struct.Struct("<Q")  # the head's length, before it
+# A dump's stack ids, counts and bytes.
+_KINDS = (np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64))
 
 
 def identity(path: str) -> tuple[str, int, int, int] | None:
@@ -79,23 +89,26 @@ class ScanCache:
         if self.file is None or not self.changed:
             return
         maps: dict[tuple[Mapping, ...], int] = {}
+        idents = sorted(self.used)
+        dumps = [self.entries[ident] for ident in idents]
         rows = []
-        for ident in sorted(self.used):
-            d = self.entries[ident]
+        for ident, d in zip(idents, dumps, strict=True):
             m = maps.setdefault(d.mappings, len(maps))
-            # Views, not copies: marshal writes them as bytes, and a long series' arrays
-            # are hundreds of MB that would otherwise be held twice while it is written.
-            rows.append((ident, _view(d.ids, np.int64), _view(d.counts, np.float64),
-                         _view(d.nbytes, np.float64), d.period, d.sampling, d.unsampled, m,
-                         d.kind, d.time))
-        data = (_FORMAT, self.table.stacks, list(self.table.ids.items()),
-                [[_mapping(x) for x in ms] for ms in maps], rows)
+            rows.append((ident, (d.ids.size, d.counts.size, d.nbytes.size), d.period,
+                         d.sampling, d.unsampled, m, d.kind, d.time))
+        head = marshal.dumps((_FORMAT, self.table.stacks, list(self.table.ids.items()),
+                              [[_mapping(x) for x in ms] for ms in maps], rows))
         folder = os.path.dirname(self.file)
         try:
             os.makedirs(folder, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps(data))
+                f.write(_LENGTH.pack(len(head)))
+                f.write(head)
+                f.write(bytes(_padding(len(head))))
+                for k, dtype in enumerate(_KINDS):
+                    for d in dumps:
+                        f.write(_view((d.ids, d.counts, d.nbytes)[k], dtype))
             os.replace(tmp, self.file)
         except OSError:
             with contextlib.suppress(OSError, UnboundLocalError):
@@ -108,35 +121,78 @@ class ScanCache:
             if f is None:
                 raise FileNotFoundError(self.file)
             with f:
-                data = marshal.loads(f.read())
-            self._decode(data)
+                self._read(f)
         except (OSError, EOFError, ValueError, TypeError, IndexError, KeyError):
             self.table = StackTable()
             self.entries = {}
 
-    def _decode(self, data: Any) -> None:
-        fmt, stacks, texts, maps, rows = data
+    def _read(self, f: BinaryIO) -> None:
+        size = os.fstat(f.fileno()).st_size
+        (length,) = _LENGTH.unpack(_read_exactly(f, _LENGTH.size))
+        if length > size:
+            raise ValueError("a head longer than the file")
+        fmt, stacks, texts, maps, rows = marshal.loads(_read_exactly(f, length))
         if fmt != _FORMAT:
             raise ValueError("another format")
+        lengths = [[int(n) for n in row[1]] for row in rows]
+        if any(len(ns) != len(_KINDS) or min(ns) < 0 for ns in lengths):
+            raise ValueError("a dump of no shape")
+        totals = [sum(ns[k] for ns in lengths) for k in range(len(_KINDS))]
+        at = _LENGTH.size + length + _padding(length)
+        if at + 8 * sum(totals) != size:
+            raise ValueError("arrays that do not fill the file")
+        ids = np.empty(totals[0], dtype=np.int64)
+        counts = np.empty(totals[1], dtype=np.float64)
+        nbytes = np.empty(totals[2], dtype=np.float64)
+        for whole in (ids, counts, nbytes):
+            _fill(f.fileno(), whole.data.cast("B"), at)
+            at += whole.nbytes
+            whole.flags.writeable = False  # as scanned: nothing may change what is shared
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= len(stacks)):
+            raise ValueError("a stack id beyond the table")
         table = StackTable()
         table.stacks = [tuple(s) for s in stacks]
         table.by_stack = {s: i for i, s in enumerate(table.stacks)}
         table.ids = dict(texts)
         mapsets = [tuple(Mapping(*x) for x in ms) for ms in maps]
         entries = {}
-        for ident, ids, counts, nbytes, period, sampling, unsampled, m, kind, time in rows:
-            arr = np.frombuffer(ids, dtype=np.int64)
-            if arr.size and int(arr.max()) >= len(table.stacks):
-                raise ValueError("a stack id beyond the table")
-            entries[tuple(ident)] = DumpCounts(
-                ident[0], arr, np.frombuffer(counts, dtype=np.float64),
-                np.frombuffer(nbytes, dtype=np.float64), period, sampling, unsampled,
-                mapsets[m], kind, time)
+        starts = [0, 0, 0]
+        for row, (ni, nc, nb) in zip(rows, lengths, strict=True):
+            ident, _, period, sampling, unsampled, m, kind, time = row
+            i, c, b = starts
+            entries[tuple(ident)] = DumpCounts(ident[0], ids[i:i + ni], counts[c:c + nc],
+                                               nbytes[b:b + nb], period, sampling, unsampled,
+                                               mapsets[m], kind, time)
+            starts = [i + ni, c + nc, b + nb]
         self.table, self.entries = table, entries
 
 
-def _view(a: np.ndarray[Any, Any], dtype: type[np.generic]) -> memoryview:
-    """The bytes of ``a`` as ``dtype``, without a copy when it already is one."""
+def _padding(length: int) -> int:
+    """Bytes after a head of ``length`` (and its length) that align the arrays to 8."""
+    return -(_LENGTH.size + length) % 8
+
+
+def _fill(fd: int, buffer: memoryview, offset: int) -> None:
+    """Read ``buffer`` full from ``fd`` at ``offset``."""
+    done = 0
+    while done < len(buffer):
+        got = os.preadv(fd, [buffer[done:]], offset + done)
+        if got <= 0:
+            raise EOFError("the file ends early")
+        done += got
+
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes:
+    got = f.read(n)
+    if len(got) != n:
+        raise EOFError("the file ends early")
+    return got
+
+
+def _view(a: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> memoryview:
+    """The bytes of ``a`` as ``dtype``, without a copy when it already is one (a long
+    series' arrays are hundreds of MB that would otherwise be held twice as they are
+    written)."""
     return np.ascontiguousarray(a, dtype=dtype).data.cast("B")
 
 
