@@ -47,6 +47,7 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -65,6 +66,10 @@ from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
 from heapscope.native import core
 from heapscope.symbols.elf import search_path
 
+# An address's site candidates (see _Folder._candidates) when it holds one frame.
+_NONE, _OWN, _JNI, _DEPENDENCY, _PLAIN = (-1, -1, -1, -1), (0, -1, -1, -1), (-1, 0, -1, 0), \
+    (-1, -1, 0, 0), (-1, -1, -1, 0)
+
 SITE = "site"
 RAW = "raw"
 WRAPPER = "wrapper"
@@ -75,8 +80,10 @@ DEPTH = 8  # addresses searched for a stack's first frame that is not a wrapper
 
 # Per location, innermost first: (function name, class, named wrapper) of each frame.
 _Info = tuple[tuple[str, str, bool], ...]
-# What one stack says of its head (see _Folder._head).
-_Head = tuple[tuple[int, int], str, str | None, object, str, bool]
+# What a head at frame k of an address says whatever its stack: (k, its function, whether it
+# says anything of callers (not library code, a symbol with a function), its call site, its
+# class, whether it is inlined into its caller (the next frame of the same address)).
+_Facts = tuple[int, str, bool, object, str, bool]
 
 
 # FramePolicy is a NamedTuple, Wrappers and Folded plain classes, not dataclasses:
@@ -179,6 +186,74 @@ class Folded:
         self.wrappers = wrappers
 
 
+class _Leaves:
+    """The leaves of a profile's stacks (see :meth:`_Folder.find_wrappers`): per leaf the
+    callers its (leaf, caller) starts show (none for a stack of one address), and the
+    indexes of its first start and of its first start with a caller: a head is counted by
+    the index of the first start showing it (the order in which functions are judged)."""
+
+    __slots__ = ("callers", "first", "first_call")
+
+    def __init__(self, pairs: list[tuple[int, ...]]) -> None:
+        self.callers: dict[int, list[int]] = {}
+        get = self.callers.get
+        for p in pairs:
+            got = get(p[0])
+            if got is None:
+                self.callers[p[0]] = list(p[1:])
+            else:
+                got += p[1:]
+        # Built from zip and dict alone (no loop of bytecode per start), last index first so
+        # the first one stays.
+        n = len(pairs)
+        leaves = list(map(itemgetter(0), pairs))
+        self.first = dict(zip(reversed(leaves), range(n - 1, -1, -1), strict=True))
+        self.first_call = self.first if min(map(len, pairs), default=2) > 1 else \
+            {p[0]: i for i, p in zip(range(n - 1, -1, -1), reversed(pairs), strict=True)
+             if len(p) > 1}
+
+
+class _Evidence:
+    """What the heads counted so far say of each function (see :meth:`_Folder.find_wrappers`):
+    the heads' places, and per function its callers, call sites, class (that of its first
+    head counted, by the start's index), whether a name alone may not fold it, and which
+    functions' evidence changed since they were last judged."""
+
+    __slots__ = ("at", "callers", "changed", "kinds", "not_by_name", "sites")
+
+    def __init__(self) -> None:
+        self.at: set[tuple[int, int]] = set()  # (address, frame) of every head
+        self.callers: dict[str, set[str]] = {}
+        self.sites: dict[str, set[object]] = {}
+        self.kinds: dict[str, tuple[int, str]] = {}  # -> (index of its first head, class)
+        self.not_by_name: set[str] = set()
+        self.changed: set[str] = set()
+
+    def head(self, a: int, k: int, name: str) -> None:
+        """A head at frame ``k`` of address ``a``, of function ``name``."""
+        where = (a, k)
+        if where not in self.at:
+            self.at.add(where)
+            self.changed.add(name)
+
+    def add(self, n: int, name: str, callers: set[str], site: object, kind: str,
+            not_by_name: bool) -> None:
+        """What heads of ``name`` say of it, the first of them start ``n``."""
+        got = self.callers.get(name)
+        if got is None:
+            self.callers[name] = callers
+            self.sites[name] = {site}
+            self.kinds[name] = (n, kind)
+        else:
+            got |= callers
+            self.sites[name].add(site)
+            if n < self.kinds[name][0]:
+                self.kinds[name] = (n, kind)
+        if not_by_name:
+            self.not_by_name.add(name)
+        self.changed.add(name)
+
+
 class _Folder:
     """One profile's fold: classifies each location once, then cuts each stack once."""
 
@@ -198,11 +273,20 @@ class _Folder:
         self.wrappers = Wrappers()
         self.wrapper_names: set[str] = set()
         self.not_wrapper: dict[str, bool] = {}
-        self.frames_at: dict[str, list[tuple[int, int]]] | None = None
+        # A plain dict: looked up once or more per address, and the folded profile's own.
+        self.locations: dict[int, Location] = dict(profile.locations)
+        # Per one-frame address: its site candidates unless it is a wrapper (see _candidates).
+        self.plain: dict[int, tuple[int, int, int, int]] = {}
+        self.named: dict[str, bool] = {}  # see _named
+        self.first_frame: dict[int, int] = {}  # see _first_frame
+        self.facts: dict[int, _Facts] = {}  # see _facts, for the address's current head
+        # Per address: whether its first frame that is not a constructor is main's (2),
+        # another function's (1), or it has none (0).
+        self.ends_in_main: dict[int, int] = {}
+        self.headed: dict[str, list[int]] = {}  # function -> addresses it is the first of
         self.candidates: dict[int, tuple[int, int, int, int]] = {}
         self.via_of: dict[int, tuple[ViaFrame, ...]] = {}
-        # Equal chains share one tuple, so reports can count them by identity.
-        self.vias: dict[tuple[tuple[int, ...], int, int], tuple[ViaFrame, ...]] = {}
+        self.vias: dict[tuple[tuple[int, ...], int], tuple[ViaFrame, ...]] = {}  # see fold
 
     def _vetoed(self, name: str) -> bool:
         got = self.not_wrapper.get(name)
@@ -210,30 +294,58 @@ class _Folder:
             got = self.not_wrapper[name] = any(rx.search(name) for rx in self.not_alloc_fn)
         return got
 
+    def _named(self, name: str) -> bool:
+        """Whether the user (``--alloc-fn``), a well-known wrapper's name or the series
+        makes function ``name`` a wrapper; the reason is recorded the first time."""
+        got = self.named.get(name)
+        if got is None:
+            got = False
+            if not (self.not_alloc_fn and self._vetoed(name)):
+                if self.alloc_fn and any(rx.search(name) for rx in self.alloc_fn):
+                    got = True
+                    self.wrappers.user.add(name)
+                elif is_wrapper_name(name):
+                    got = True
+                    self.wrappers.named.add(name)
+                elif name in self.known:
+                    got = True
+                    self.wrappers.series.add(name)
+            self.named[name] = got
+        return got
+
     def _info(self, a: int) -> _Info:
         got = self.info.get(a)
         if got is not None:
             return got
-        loc = self.profile.location(a)
-        cls = self.classifier
-        out = []
-        if not loc.frames:
-            out.append((loc.fallback_name, cls.frame_class(loc, None), False))
-        for f in loc.frames:
-            name = f.function
-            wrapper = False
-            if name and not self._vetoed(name):
-                if any(rx.search(name) for rx in self.alloc_fn):
-                    wrapper = True
-                    self.wrappers.user.add(name)
-                elif is_wrapper_name(name):
-                    wrapper = True
-                    self.wrappers.named.add(name)
-                elif name in self.known:
-                    wrapper = True
-                    self.wrappers.series.add(name)
-            out.append((name or loc.fallback_name, cls.frame_class(loc, f), wrapper))
-        got = self.info[a] = tuple(out)
+        loc = self.locations.get(a)
+        if loc is None:
+            loc = Location(a)
+        frame_class = self.classifier.frame_class
+        frames = loc.frames
+        if len(frames) > 1:
+            got = tuple((f.function or loc.fallback_name, frame_class(loc, f),
+                         bool(f.function) and self._named(f.function)) for f in frames)
+            self.info[a] = got
+            return got
+        # One frame (or none): what a head there would say is known now (see _facts).
+        f = frames[0] if frames else None
+        name = f.function if f is not None else ""
+        label = name or loc.fallback_name
+        kind = frame_class(loc, f)
+        # Most names are no wrapper's: a cheap look first (_named records why one is).
+        wrapper = bool(name) and (bool(self.alloc_fn) or name in self.known
+                                  or is_wrapper_name(name)) and self._named(name)
+        got = self.info[a] = ((label, kind, wrapper),)
+        self.plain[a] = _OWN if kind == OWN else _JNI if is_jni_entry(label) else \
+            _DEPENDENCY if kind == DEPENDENCY else _PLAIN
+        if f is None or kind == LIBRARY or not name:
+            self.facts[a] = (0, label, False, None, kind, False)
+        else:
+            if kind == OWN and self.by_default is not self.classifier:
+                kind = self.by_default.frame_class(loc, f)
+            # One call site is one line (inlining and code layout may copy a call to several
+            # addresses), or one address when lines are unknown.
+            self.facts[a] = (0, label, True, (f.file, f.line) if f.line else (a, 0), kind, False)
         return got
 
     def find_wrappers(self) -> None:
@@ -241,156 +353,314 @@ class _Folder:
         level by level: a helper over a wrapper found at one level (``sdsnewlen`` over
         ``zmalloc``) can be found at the next.
 
-        Each level looks again only at what the last one changed: the stacks whose head
-        (first frame that is not a wrapper) it found to be a wrapper, and the leaves that
-        may now be wrappers through and through."""
+        A stack's head is in its leaf address unless that address is all wrappers, so the
+        stacks are looked at as leaves: each leaf once, with the callers its stacks show,
+        gathered once. A stack whose leaf is all wrappers has its head among its next
+        ``DEPTH - 1`` addresses, which alone say what the head is: each distinct run of them
+        is looked at once. What the heads say is kept per function across levels; each
+        level looks again only at the leaves and runs whose head the last one found to be a
+        wrapper, and judges only the functions whose evidence changed."""
         samples = self.profile.samples
-        # Each distinct (leaf, caller) pair once: dumps repeat them across many stacks.
+        # Each distinct (leaf, caller) start once: dumps repeat them across many stacks.
         pairs = core.leaf_pairs(samples) if core is not None else \
             list(dict.fromkeys(s.stack[:2] for s in samples if s.stack))
-        starts: list[tuple[tuple[int, ...], int]] = [(p, 1) for p in pairs]
-        heads: list[_Head | None] = []
-        by_head: dict[str, list[int]] = {}  # head function -> the starts it heads
-        leaves = list(dict.fromkeys(p[0] for p in pairs))
-        leaves_of: dict[str, list[int]] = {}  # function -> leaf addresses showing it
-        for a in leaves:
-            for name, _, _ in self._info(a):
-                leaves_of.setdefault(name, []).append(a)
-        deep: set[int] = set()
-        fresh: set[str] | None = None  # what the last level found (None before the first)
-        todo: list[int] = []
+        leaves = _Leaves(pairs)
+        ev = _Evidence()
+        leaves_of: dict[str, list[int]] = {}  # head function -> the leaves it heads
+        runs_of: dict[str, list[tuple[int, tuple[int, ...]]]] = {}  # ... the runs it heads
+        seen: set[tuple[int, ...]] = set()
+        todo_leaves: list[int] = list(leaves.callers)
+        todo_runs: list[tuple[int, tuple[int, ...]]] = []
+        count = len(pairs)  # starts so far: runs are numbered after the pairs
         for _ in range(LEVELS):
-            # Stacks whose leaf is all wrappers have their first other frame further up:
-            # look at their first DEPTH addresses (and one more, for that frame's caller).
-            maybe = leaves if fresh is None else \
-                list(dict.fromkeys(a for n in fresh for a in leaves_of.get(n, ())))
-            wrapped = {a for a in maybe if a not in deep and self._all_wrappers(a)}
-            if fresh is not None:
-                todo = [i for n in fresh for i in by_head.pop(n, ())]
+            wrapped = self._count_leaves(todo_leaves, leaves, ev, leaves_of)
             if wrapped:
-                deep |= wrapped
-                more = dict.fromkeys(s.stack[:DEPTH + 1] for s in samples
+                # The runs above the leaves that are all wrappers, in the order of the
+                # stacks; a run seen at an earlier level is counted already.
+                runs = dict.fromkeys(s.stack[1:DEPTH + 1] for s in samples
                                      if s.stack and s.stack[0] in wrapped)
-                todo += range(len(starts), len(starts) + len(more))
-                starts += [(st, min(len(st), DEPTH)) for st in more]
-                heads += [None] * len(more)
-            if fresh is None:
-                todo = list(range(len(starts)))
-                heads = [None] * len(starts)
-            for i in todo:
-                st, n = starts[i]
-                if n == 1 and st[0] in deep:
-                    # A leaf that is all wrappers heads nothing: the deeper start of the
-                    # same stacks, added above, looks further up.
-                    heads[i] = None
-                    continue
-                got = heads[i] = self._head(st, n)
-                if got is not None:
-                    by_head.setdefault(got[1], []).append(i)
-            found = self._find_level(heads)
+                todo_runs += [(n, run) for n, run in enumerate(runs, count)
+                              if run and run not in seen]
+                seen.update(runs)
+                count += len(runs)
+            self._count_runs(todo_runs, ev, runs_of)
+            found = self._find_level(ev)
             if not found:
                 return
-            fresh = found
+            # The stacks these headed have their head further up now.
+            cached = self.first_frame
+            for name in found:
+                for a in self.headed.pop(name, ()):
+                    del cached[a]
+            todo_leaves = [a for name in found for a in leaves_of.pop(name, ())]
+            todo_runs = [x for name in found for x in runs_of.pop(name, ())]
 
-    def _head(self, st: tuple[int, ...], n: int) -> _Head | None:
-        """What one stack says of its head, the first frame that is not a wrapper among its
-        first ``n`` addresses: ((address, frame), function, its caller, its call site, its
-        class, whether a name alone may not fold it); None without a head. The caller is
-        None where the head says nothing of callers (library code, no symbol, no caller)."""
-        found = self.wrapper_names
-        head = None
-        for i in range(n):
-            for k, (name, _, wrapper) in enumerate(self._info(st[i])):
-                if not (wrapper or name in found):
-                    head = i, k
-                    break
-            if head is not None:
-                break
-        if head is None:
+    def _count_leaves(self, todo: list[int], leaves: _Leaves, ev: _Evidence,
+                      leaves_of: dict[str, list[int]]) -> set[int]:
+        """Count what the stacks of the leaves ``todo`` say of their heads; the leaves that
+        are all wrappers (their stacks' heads are further up)."""
+        info, info_get = self._info, self.info.get
+        at, changed = ev.at, ev.changed
+        callers, sites, kinds, not_by_name = ev.callers, ev.sites, ev.kinds, ev.not_by_name
+        facts_of, fact_of, wrappers = self.facts, self._fact_of, self.wrapper_names
+        callers_of, first_call = leaves.callers, leaves.first_call
+        wrapped = set()
+        for a in todo:
+            got_info = info_get(a) or info(a)
+            if len(got_info) == 1:
+                # One frame: its facts are known, it heads the stacks unless a wrapper.
+                name, _, wrapper = got_info[0]
+                fact = None if wrapper or name in wrappers else facts_of[a]
+            else:
+                fact = fact_of(a)
+            if fact is None:
+                wrapped.add(a)
+                continue
+            k, name, says, site, kind, inlined = fact
+            got = leaves_of.get(name)
+            if got is None:
+                leaves_of[name] = [a]
+            else:
+                got.append(a)
+            where = (a, k)
+            if where not in at:
+                at.add(where)
+                changed.add(name)
+            if not says:
+                continue
+            if inlined or k:
+                self._leaf_head(a, fact, leaves, ev)
+                continue
+            cs = callers_of[a]
+            if not cs:
+                continue
+            # The head is the leaf's innermost frame: a name alone cannot fold a function
+            # that calls the allocator itself (see _leaf_head). As ev.add:
+            names = {(info_get(c) or info(c))[0][0] for c in cs}
+            n = first_call[a]
+            got_callers = callers.get(name)
+            if got_callers is None:
+                callers[name] = names
+                sites[name] = {site}
+                kinds[name] = (n, kind)
+            else:
+                got_callers |= names
+                sites[name].add(site)
+                if n < kinds[name][0]:
+                    kinds[name] = (n, kind)
+            not_by_name.add(name)
+            changed.add(name)
+        return wrapped
+
+    def _count_runs(self, todo: list[tuple[int, tuple[int, ...]]], ev: _Evidence,
+                    runs_of: dict[str, list[tuple[int, tuple[int, ...]]]]) -> None:
+        """Count what the runs ``todo`` (numbered, see :meth:`find_wrappers`) say of their
+        heads. A run's head is nearly always in its first address: looked at here; the
+        others in :meth:`_run_head`."""
+        info, info_get = self._info, self.info.get
+        at, changed = ev.at, ev.changed
+        callers, sites, kinds, not_by_name = ev.callers, ev.sites, ev.kinds, ev.not_by_name
+        facts_of, fact_of, wrappers = self.facts, self._fact_of, self.wrapper_names
+        ends_in_main = self.ends_in_main.get
+        for n, run in todo:
+            a = run[0]
+            got_info = info_get(a) or info(a)
+            if len(got_info) == 1:
+                name, _, wrapper = got_info[0]
+                fact = None if wrapper or name in wrappers else facts_of[a]
+            else:
+                fact = fact_of(a)
+            if fact is None:
+                self._run_head(n, run, ev, runs_of)
+                continue
+            k, name, says, site, kind, inlined = fact
+            got = runs_of.get(name)
+            if got is None:
+                runs_of[name] = [(n, run)]
+            else:
+                got.append((n, run))
+            where = (a, k)
+            if where not in at:
+                at.add(where)
+                changed.add(name)
+            if not says:
+                continue
+            if inlined or len(run) == 1:
+                self._run_head(n, run, ev, None)
+                continue
+            # As ev.add, for a head in the run's first address, not inlined: its caller is
+            # the next address.
+            caller = (info_get(run[1]) or info(run[1]))[0][0]
+            by_main = ends_in_main(run[1])
+            if not by_main:
+                by_main = 2 if self._ends_in_main(run, 0, k) else 1
+            got_callers = callers.get(name)
+            if got_callers is None:
+                callers[name] = {caller}
+                sites[name] = {site}
+                kinds[name] = (n, kind)
+            else:
+                got_callers.add(caller)
+                sites[name].add(site)
+                if n < kinds[name][0]:
+                    kinds[name] = (n, kind)
+            if by_main == 2:
+                not_by_name.add(name)
+            changed.add(name)
+
+    def _fact_of(self, a: int) -> _Facts | None:
+        """What a head in address ``a`` says (see :data:`_Facts`), None when the address
+        is all wrappers."""
+        k = self.first_frame.get(a)
+        if k is None:
+            k = self._first_frame(a)
+        if k < 0:
             return None
-        i, k = head
-        a = st[i]
+        got = self.facts.get(a)
+        return got if got is not None and got[0] == k else self._facts(a, k)
+
+    def _first_frame(self, a: int) -> int:
+        """Index of the first frame of address ``a`` that is not a wrapper (-1: none)."""
+        found = self.wrapper_names
+        got = -1
+        for k, (name, _, wrapper) in enumerate(self.info.get(a) or self._info(a)):
+            if not (wrapper or name in found):
+                got = k
+                headed = self.headed.get(name)
+                if headed is None:
+                    self.headed[name] = [a]
+                else:
+                    headed.append(a)
+                break
+        self.first_frame[a] = got
+        return got
+
+    def _facts(self, a: int, k: int) -> _Facts:
+        """What a head at frame ``k`` of address ``a`` says whatever its stack (see
+        :data:`_Facts`)."""
+        loc = self.locations.get(a)
         info = self._info(a)
-        loc = self.profile.location(a)
         name, kind, _ = info[k]
-        if kind == LIBRARY or not loc.frames or not loc.frames[k].function:
-            return (a, k), name, None, None, kind, False
-        if k + 1 < len(info):
-            caller = info[k + 1][0]
-        elif i + 1 < len(st):
-            caller = self._info(st[i + 1])[0][0]
+        if kind == LIBRARY or loc is None or not loc.frames or not loc.frames[k].function:
+            got: _Facts = (k, name, False, None, kind, False)
         else:
-            return (a, k), name, None, None, kind, False
-        f = loc.frames[k]
-        # One call site is one line (inlining and code layout may copy a call to several
-        # addresses), or one address when lines are unknown.
-        site: object = (f.file, f.line) if f.line else (a, k)
-        if kind == OWN and self.by_default is not self.classifier:
-            kind = self.by_default.frame_class(loc, f)
+            f = loc.frames[k]
+            # One call site is one line (inlining and code layout may copy a call to several
+            # addresses), or one address when lines are unknown.
+            site: object = (f.file, f.line) if f.line else (a, k)
+            if kind == OWN and self.by_default is not self.classifier:
+                kind = self.by_default.frame_class(loc, f)
+            got = (k, name, True, site, kind, k + 1 < len(info))
+        self.facts[a] = got
+        return got
+
+    def _leaf_head(self, a: int, fact: _Facts, leaves: _Leaves, ev: _Evidence) -> None:
+        """Count what the starts of leaf ``a`` say of their head (``fact``) when it is not
+        the address's innermost frame or is inlined into its caller."""
+        k, name, _, site, kind, inlined = fact
+        callers = leaves.callers[a]
         # Where a name alone cannot fold a function: when it calls the allocator itself (a
         # function that fills a table, named worker_alloc, looks the same from a dump), and
         # when the constructors' callers end in main, which as the site would say nothing.
-        return (a, k), name, caller, site, kind, i == k == 0 or self._ends_in_main(st, i, k)
+        # Every start is looked at (each looks at its own caller's frames).
+        if inlined:
+            # The caller is the next frame of the same address.
+            by_main = [True] if not k else \
+                [self._ends_in_main((a, c), 0, k) for c in callers] \
+                or [self._ends_in_main((a,), 0, k)]
+            ev.add(leaves.first[a], name, {self._info(a)[k + 1][0]}, site, kind,
+                   any(by_main))
+        elif callers:
+            names = {self._info(c)[0][0] for c in callers}
+            by_main = [self._ends_in_main((a, c), 0, k) for c in callers]
+            ev.add(leaves.first_call[a], name, names, site, kind, any(by_main))
 
-    def _all_wrappers(self, a: int) -> bool:
-        return all(w or name in self.wrapper_names for name, _, w in self._info(a))
+    def _run_head(self, n: int, run: tuple[int, ...], ev: _Evidence,
+                  runs_of: dict[str, list[tuple[int, tuple[int, ...]]]] | None) -> None:
+        """Count what run ``n`` says of its head: the first frame that is not a wrapper
+        among the first ``DEPTH - 1`` addresses above a leaf that is all wrappers
+        (``runs_of`` None: the run is listed and its head's place counted already)."""
+        for i in range(min(len(run), DEPTH - 1)):
+            fact = self._fact_of(run[i])
+            if fact is not None:
+                break
+        else:
+            return
+        a = run[i]
+        k, name, says, site, kind, inlined = fact
+        if runs_of is not None:
+            runs_of.setdefault(name, []).append((n, run))
+            ev.head(a, k, name)
+        if not says:
+            return
+        if inlined:
+            caller = self._info(a)[k + 1][0]
+        elif i + 1 < len(run):
+            caller = self._info(run[i + 1])[0][0]
+        else:
+            return
+        ev.add(n, name, {caller}, site, kind, self._ends_in_main(run, i, k))
 
     def _ends_in_main(self, st: tuple[int, ...], i: int, k: int) -> bool:
         """Whether the first frame above frame ``k`` of ``st[i]`` that is not a constructor
         (:func:`is_constructor_name`) is main's (a chain of constructors called by main)."""
-        for j in range(i, len(st)):
-            for name, _, _ in self._info(st[j])[k + 1 if j == i else 0:]:
-                if not is_constructor_name(name):
-                    return name == "main"
+        for name, _, _ in self._info(st[i])[k + 1:]:
+            if not is_constructor_name(name):
+                return name == "main"
+        main = self.ends_in_main
+        for j in range(i + 1, len(st)):
+            got = main.get(st[j])
+            if got is None:
+                got = 0
+                for name, _, _ in self._info(st[j]):
+                    if not is_constructor_name(name):
+                        got = 2 if name == "main" else 1
+                        break
+                main[st[j]] = got
+            if got:
+                return got == 2
         return False
 
-    def _find_level(self, heads: list[_Head | None]) -> set[str]:
-        """One level of :meth:`find_wrappers` over what each stack says of its head; the
-        functions it found to be wrappers."""
-        at: set[tuple[int, int]] = set()
-        callers: dict[str, set[str]] = {}
-        sites: dict[str, set[object]] = {}
-        kinds: dict[str, str] = {}
-        not_by_name: set[str] = set()
-        for got in heads:
-            if got is None:
-                continue
-            where, name, caller, site, kind, nbn = got
-            at.add(where)
-            if caller is None:
-                continue
-            callers.setdefault(name, set()).add(caller)
-            sites.setdefault(name, set()).add(site)
-            kinds.setdefault(name, kind)
-            if nbn:
-                not_by_name.add(name)
+    def _find_level(self, ev: _Evidence) -> list[str]:
+        """One level of :meth:`find_wrappers`: the functions whose evidence changed that it
+        shows to be wrappers, in the order their first heads were counted."""
         # A wrapper calls the allocator (or a wrapper) from one place, for many callers;
         # the program's own code needs fewer callers, or none but its name.
-        cands: dict[str, int] = {}
-        for name, got_callers in callers.items():
-            if len(sites[name]) != 1 or name == "main" or self._vetoed(name):
+        cands: list[tuple[int, str, int]] = []
+        callers, sites, kinds, not_by_name = ev.callers, ev.sites, ev.kinds, ev.not_by_name
+        vetoed = self._vetoed if self.not_alloc_fn else None
+        for name in ev.changed:
+            got_callers = callers.get(name)
+            if got_callers is None or len(sites[name]) != 1 or name == "main" \
+                    or (vetoed is not None and vetoed(name)):
                 continue
             n = len(got_callers)
-            if n >= WRAPPER_CALLERS or (kinds[name] == OWN and (
+            first, kind = kinds[name]
+            if n >= WRAPPER_CALLERS or (kind == OWN and (
                     n >= CONSTRUCTOR_CALLERS
-                    or (is_constructor_name(name) and name not in not_by_name))):
-                cands[name] = n
+                    or (name not in not_by_name and is_constructor_name(name)))):
+                cands.append((first, name, n))
+        ev.changed.clear()
         if not cands:
-            return set()
+            return []
         # ... and is never anything but a head: not a caller of other allocating code, nor
-        # a frame that inlined some.
-        if self.frames_at is None:
-            frames_at: dict[str, list[tuple[int, int]]] = {}
-            for a in self.profile.addresses():
-                for k, f in enumerate(self.profile.location(a).frames):
-                    frames_at.setdefault(f.function, []).append((a, k))
-            self.frames_at = frames_at
-        new: set[str] = set()
-        for name, n in cands.items():
-            if all(x in at for x in self.frames_at.get(name, ())):
+        # a frame that inlined some. Every frame of the candidates (of every address, looked
+        # at or not), found in one pass.
+        frames_at: dict[str, list[tuple[int, int]]] = {name: [] for _, name, _ in cands}
+        locations = self.locations.get
+        for a in self.profile.addresses():
+            loc = locations(a)
+            if loc is not None:
+                for k, f in enumerate(loc.frames):
+                    if f.function in frames_at:
+                        frames_at[f.function].append((a, k))
+        new: list[str] = []
+        at = ev.at
+        for _, name, n in sorted(cands):
+            if all(x in at for x in frames_at[name]):
                 self.wrapper_names.add(name)
                 self.wrappers.found[name] = n
-                new.add(name)
+                new.append(name)
         return new
 
     def _candidates(self, a: int) -> tuple[int, int, int, int]:
@@ -400,8 +670,13 @@ class _Folder:
         if got is not None:
             return got
         found = self.wrapper_names
+        info = self.info.get(a) or self._info(a)
+        if len(info) == 1:
+            name, _, wrapper = info[0]
+            got = self.candidates[a] = _NONE if wrapper or name in found else self.plain[a]
+            return got
         own = jni = dep = plain = -1
-        for k, (name, kind, wrapper) in enumerate(self._info(a)):
+        for k, (name, kind, wrapper) in enumerate(info):
             if wrapper or name in found:
                 continue
             if kind == OWN:
@@ -437,57 +712,88 @@ class _Folder:
         got = self.via_of.get(a)
         if got is not None:
             return got
-        loc = self.profile.location(a)
-        out = []
-        for m, (name, kind, wrapper) in enumerate(self._info(a)):
-            f = loc.frames[m] if loc.frames else None
-            out.append(ViaFrame(name, f.file if f else "", f.line if f else 0, loc.module,
-                                WRAPPER if wrapper or name in self.wrapper_names else kind))
-        got = self.via_of[a] = tuple(out)
+        loc = self.locations.get(a) or Location(a)
+        found = self.wrapper_names
+        new = tuple.__new__  # ViaFrame's own __new__ is a Python function: the same, slower
+        info = self.info.get(a) or self._info(a)
+        if len(info) == 1:
+            (name, kind, wrapper), f = info[0], loc.frames[0] if loc.frames else None
+            got = (new(ViaFrame, (name, f.file if f else "", f.line if f else 0, loc.module,
+                                  WRAPPER if wrapper or name in found else kind)),)
+        else:
+            got = tuple(new(ViaFrame, (name, f.file, f.line, loc.module,
+                                       WRAPPER if wrapper or name in found else kind))
+                        for (name, kind, wrapper), f in zip(info, loc.frames, strict=True))
+        self.via_of[a] = got
         return got
 
     def _via(self, stack: tuple[int, ...], i: int, k: int) -> tuple[ViaFrame, ...]:
-        key = (stack[:i], stack[i], k)
-        got = self.vias.get(key)
-        if got is None:
-            parts = [self._frames_via(a) for a in stack[:i]]
-            parts.append(self._frames_via(stack[i])[:k])
-            got = self.vias[key] = tuple(itertools.chain.from_iterable(parts))
-        return got
+        """A new via chain for a stack cut at frame ``k`` of ``stack[i]``: the frames of its
+        addresses below, then the first ``k`` of ``stack[i]``."""
+        frames_via = self._frames_via
+        parts = list(map(frames_via, stack[:i]))
+        if k:
+            parts.append(frames_via(stack[i])[:k])
+        return tuple(itertools.chain.from_iterable(parts))
 
     def fold(self, memo: dict[tuple[int, ...], tuple[tuple[int, ...], int, tuple[ViaFrame, ...]]]
              ) -> Profile:
         self.find_wrappers()
         trims: dict[int, int] = {}
+        given = self.profile.samples
         if core is not None:
             # The compiled loop picks each stack's site, asking for an address's candidates
-            # (classified once) only when its search reaches it; only the stacks whose site
-            # is not the leaf's innermost frame change.
-            codes = core.sites(self.profile.samples, self.candidates, self._candidates)
+            # only when its search reaches it (those of the one-frame addresses classified
+            # so far are known already); only the stacks whose site is not the leaf's
+            # innermost frame change.
+            found, info = self.wrapper_names, self.info
+            self.candidates.update({
+                a: _NONE if (one := info[a][0])[2] or one[0] in found else c
+                for a, c in self.plain.items()})
+            codes = core.sites(given, self.candidates, self._candidates)
             cut_at: Iterable[int] = [n for n, c in enumerate(codes) if c]
         else:
             codes = None
-            cut_at = range(len(self.profile.samples))
-        samples = list(self.profile.samples)
+            cut_at = range(len(given))
+        samples = list(given)
+        memo_get = memo.get
+        # Equal chains share one tuple, so reports can count them by identity: one per
+        # distinct (addresses up to the site, frame).
+        vias, vias_get = self.vias, self.vias.get
+        via_of_get, frames_via = self.via_of.get, self._frames_via
+        new = tuple.__new__  # as Sample(...), without its Python __new__
         for n in cut_at:
-            s = self.profile.samples[n]
+            s = given[n]
             st = s.stack
-            got = memo.get(st)
+            got = memo_get(st)
             if got is None:
                 if not st:
                     got = (st, 0, ())
                 else:
-                    i, k = divmod(codes[n], 1 << 16) if codes is not None else self._site(st)
-                    got = (st[i:], k, self._via(st, i, k) if (i or k) else ())
+                    if codes is not None:
+                        code = codes[n]
+                        i, k = code >> 16, code & 0xFFFF
+                    else:
+                        i, k = self._site(st)
+                    if i or k:
+                        key = (st[:i + 1], k)
+                        via = vias_get(key)
+                        if via is None:
+                            # Most often the leaf alone is folded: its frames, a new tuple.
+                            via = vias[key] = (*(via_of_get(st[0]) or frames_via(st[0])),) \
+                                if i == 1 and not k else self._via(st, i, k)
+                        got = (st[i:], k, via)
+                    else:
+                        got = (st, 0, ())
                 memo[st] = got
             cut, k, via = got
             if k:
                 trims[cut[0]] = k
             if via or cut is not st:
-                samples[n] = Sample(cut, s.values, s.threads, via)
-        locations = dict(self.profile.locations)
+                samples[n] = new(Sample, (cut, s.values, s.threads, via))
+        locations = self.locations
         for a, k in trims.items():
-            locations[a] = _trimmed(self.profile.location(a), k)
+            locations[a] = _trimmed(locations.get(a) or Location(a), k)
         return self.profile.with_(samples=tuple(samples),
                                   locations=MappingProxyType(locations))
 
