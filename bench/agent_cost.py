@@ -102,6 +102,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=30, help="the agent's --window")
     ap.add_argument("--kind", choices=("small", "sites"), default="small")
     ap.add_argument("--bits", type=int, default=11, help="--kind sites: 2^BITS stacks")
+    ap.add_argument("--no-push", action="store_true", help="no Pyroscope sink")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="heapscope-agent-bench-"))
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
@@ -125,8 +126,8 @@ def main() -> int:
         [sys.executable, "-m", "heapscope.cli.main", "agent", "--match",
          "^" + re.escape(str(exe)) + " ", "--every", str(args.every), "--state",
          str(work / "state"), "--window", str(args.window), "--listen",
-         f"127.0.0.1:{port}", "--pyroscope",
-         f"http://127.0.0.1:{sink.port}", "--rounds", str(args.rounds)],
+         f"127.0.0.1:{port}", "--rounds", str(args.rounds),
+         *([] if args.no_push else ["--pyroscope", f"http://127.0.0.1:{sink.port}"])],
         env={**env, "HEAPSCOPE_CACHE_DIR": str(work / "cache")}, stderr=subprocess.PIPE,
         text=True)
     metrics = ""
@@ -143,7 +144,7 @@ def main() -> int:
                 trace.append((dumps_in(metrics), cpu))
             except OSError:
                 pass
-            time.sleep(0.5)
+            time.sleep(float(os.environ.get("SCRAPE_EVERY", "0.5")))
         agent.wait(timeout=120)
     finally:
         for t in targets:

@@ -441,9 +441,13 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
     # wander (a Poisson stream) or keep a rhythm (a steady request rate filling blocks) shows
     # in the gains over long lags, which no sampling noise blurs.
     rose = c[:, -1] > c[np.arange(rows), win]
-    for i in np.flatnonzero(exact & never_fell & rose & (n - win >= VARIOGRAM_MIN)):
-        vp, vt = variogram(c[i:i + 1, int(win[i]):])
-        s_p2[i], s_t2[i], split[i] = vp[0], vt[0], True
+    walks = np.flatnonzero(exact & never_fell & rose & (n - win >= VARIOGRAM_MIN))
+    # Rows whose window starts at the same dump go through one call (the variogram is row by
+    # row: the same numbers as one call per row, without a call per row).
+    for start in np.unique(win[walks]):
+        rows_at = walks[win[walks] == start]
+        vp, vt = variogram(c[rows_at, int(start):])
+        s_p2[rows_at], s_t2[rows_at], split[rows_at] = vp, vt, True
     # The sampling noise of new samples is a floor: φ per unit (Poisson for small objects).
     s_p2 = np.maximum(s_p2, pace * phi)
     se = np.sqrt(slope_variance(full - win, s_p2, s_t2))
@@ -614,10 +618,12 @@ class Trend:
 
     def with_verdict(self, verdict: str, q_value: float | None = None) -> Trend:
         """The same evidence under another verdict (after the process-wide correction)."""
-        from dataclasses import replace
-
-        more = self.more_dumps if verdict == GROWING else None
-        return replace(self, verdict=verdict, q_value=q_value, more_dumps=more)
+        # A copy of the fields with three changed: dataclasses.replace would run __init__
+        # again, which costs more when thousands of sites are corrected at once.
+        new = object.__new__(Trend)
+        new.__dict__.update(self.__dict__, verdict=verdict, q_value=q_value,
+                            more_dumps=self.more_dumps if verdict == GROWING else None)
+        return new
 
 
 def describe(j: Judged, i: int, counts: Matrix, values: Matrix,
@@ -691,13 +697,14 @@ def describe_all(j: Judged, counts: Matrix, values: Matrix,
     new = last_c - counts[np.arange(rows), start]
     growth = values[:, -1] - values[:, 0]
     out: list[Trend] = []
+    tails: dict[tuple[float, float], float] = {}  # rows alike share their p-value
     for i, (verdict, sl, hf, z, slow, first, st) in enumerate(zip(
             j.verdict, slope.tolist(), half.tolist(), j.z.tolist(), j.slowdown_z.tolist(),
             j.first_growth.tolist(), start.tolist(), strict=True)):
         out.append(Trend(
             verdict=verdict, dumps=n, growth=float(growth[i]), slope_per_dump=sl,
             slope_low=sl - hf, slope_high=sl + hf, slope_per_s=per_s[i],
-            z=z, p_value=0.5 if z == 0.0 else t_sf(z, float(df[i])), window_start=st,
+            z=z, p_value=0.5 if z == 0.0 else _tail(tails, z, float(df[i])), window_start=st,
             first_growth=int(first) if verdict in (LEAK, BOUNDED, GROWING) else None,
             slowdown_z=None if math.isnan(slow) else slow, rise_z=float(j.rise_z[i]),
             samples=float(last_c[i]), new_samples=float(new[i]),
@@ -706,6 +713,14 @@ def describe_all(j: Judged, counts: Matrix, values: Matrix,
             exact=bool(j.exact[i]), sampled=1.0 - float(j.phi[i]), steps=int(j.steps[i]),
             whole_series=bool(j.whole[i])))
     return out
+
+
+def _tail(memo: dict[tuple[float, float], float], z: float, df: float) -> float:
+    """:func:`t_sf` remembered in ``memo``: many rows of a process share their numbers."""
+    got = memo.get((z, df))
+    if got is None:
+        got = memo[(z, df)] = t_sf(z, df)
+    return got
 
 
 def classify(values: list[float], counts: list[float] | None = None,
