@@ -124,3 +124,33 @@ def test_drop_forgets_a_deleted_dump(dumps: list[str]) -> None:
     assert w.paths == [dumps[0], dumps[2], dumps[3]]
     want = load_series(4242, [dumps[0], dumps[2], dumps[3]], options)
     assert _report(w.series()) == _report(want)
+
+
+def test_stacks_that_come_and_go_do_not_pile_up(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose stacks change all the time (each lives three dumps): the window's
+    table of stacks is rebuilt once it holds four times what the window uses, and every
+    position still judges as ``leaks`` does."""
+    monkeypatch.setattr(window_mod, "COMPACT_MIN", 0)
+    n = 40
+    sites = {}
+    for k in range(n):  # stack 0x10*k+0x1000 holds 5 samples at dumps k, k+1, k+2 only
+        counts = np.zeros((1, n))
+        counts[0, k:k + 3] = 5
+        sites[0x1000 + 0x10 * k] = ls.Series(counts, 4096, 4096, False)
+    sites[0x100] = ls.Series(np.asarray([[10.0 + 3 * t for t in range(n)]]), 4096, 4096, False)
+    (pid, dumps), = group_by_pid([str(p) for p in ls.write_series(tmp_path, 77, sites, 0)]
+                                 ).items()
+    options = SymbolOptions(cache_dir=None)
+    w = Window(pid, 4, options)
+    for k, path in enumerate(dumps, 1):
+        w.add(path)
+        got = w.series()
+        used = len(got.sites)
+        assert len(w.scanner.table.stacks) <= window_mod.COMPACT * used, k
+        if k % 5 == 0 or k == len(dumps):
+            want = load_series(pid, dumps[max(0, k - 4):k], options)
+            assert _rows(got) == _rows(want) and _report(got) == _report(want), k
+    # One new stack a dump, 6-7 in use at a time: without a rebuild the table would hold
+    # all 41 by the end, past four times what is used.
+    assert w.compacted >= 1

@@ -39,6 +39,12 @@ from heapscope.formats.scan import DumpCounts, Scanner
 from heapscope.model import Location, Profile, Sample
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
+# The table of stacks is rebuilt (see Window._compact) once it holds more than COMPACT times
+# the stacks the window uses, plus COMPACT_MIN: rare enough that its cost (reading the
+# window's dumps again) is spread over many rounds.
+COMPACT = 4
+COMPACT_MIN = 4096
+
 
 class Window:
     """The last ``size`` dumps of process ``pid``, with what naming them has taught."""
@@ -59,6 +65,7 @@ class Window:
         self.naming: Naming | None = None
         self.renamed = 0  # rounds that had to name the sites again (for benches and tests)
         self.refused: dict[str, str] = {}  # dumps that could not be read, and why
+        self.compacted = 0  # times the table was rebuilt without stacks gone from the window
 
 
     def add(self, path: str) -> None:
@@ -91,12 +98,35 @@ class Window:
         dumps = list(self.dumps)
         table = self.scanner.table.stacks
         used = used_stacks(dumps, len(table))
+        if len(table) > COMPACT * len(used) + COMPACT_MIN:
+            dumps = self._compact()
+            table = self.scanner.table.stacks
+            used = used_stacks(dumps, len(table))
         naming = self.naming
         if naming is None or not np.array_equal(used, naming.used):
             naming = self.naming = name_stacks(self.pid, table, dumps, self._name,
                                                self.aliases, self.frames, used, self.keys)
             self.renamed += 1
         return series_of(self.pid, dumps, naming)
+
+    def _compact(self) -> list[DumpCounts]:
+        """Forget the stacks no dump of the window uses any more: the window's dumps read
+        again into a new table (an agent watches a process for weeks, and the stacks its
+        dumps hold come and go), and the names kept only for the addresses still in use."""
+        self.scanner = Scanner()
+        self.naming = None
+        kept: deque[DumpCounts] = deque()
+        for d in self.dumps:
+            try:
+                kept.append(self.scanner.read(d.path)[0])
+            except InputError as e:  # gone or changed since: the window goes on without it
+                self.refused[d.path] = str(e)
+        self.dumps = kept
+        live = set().union(*self.scanner.table.stacks)
+        self.locations = {a: loc for a, loc in self.locations.items() if a in live}
+        self.keys = {}
+        self.compacted += 1
+        return list(kept)
 
     def _name(self, union: Profile) -> tuple[MappingT[int, Location], list[Diagnostic]]:
         """Locations of every address of ``union``'s stacks; only the new are symbolized."""
