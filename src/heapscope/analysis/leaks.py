@@ -376,12 +376,23 @@ def analyse_process(series: ProcessSeries, *, builtin: list[Suppression],
             last_bytes = 0.0
         proc.left_bytes += last_bytes
         findings.append(f)
+    peaks = _peaks(series, judged, single)
     for r in judged.rollups:
         findings.append(_rollup_finding(series, r, rules, leaf))
+        peaks.append(max(r.values[:judged.judged], default=0.0))
     proc.leak_bytes = sum(f.growth for f in findings if f.verdict == LEAK)
     proc.growing_bytes = sum(f.growth for f in findings if f.verdict == GROWING)
     proc.bounded_bytes = sum(f.growth for f in findings if grew_bounded(f))
-    return _select(findings, judged, single), final_bytes, proc
+    return _select(findings, peaks, judged, single), final_bytes, proc
+
+
+def _peaks(series: ProcessSeries, judged: ProcessJudgement, single: bool) -> list[float]:
+    """The most each site held over the judged dumps, in the order of the sites (those
+    :func:`_select` ranks quiet sites by; none for a single dump, which does not)."""
+    if single or not series.sites:
+        return [0.0] * len(series.sites)
+    peaks: list[float] = series.values[:, :judged.judged].max(axis=1).tolist()
+    return peaks
 
 
 BOUNDED_NOTICE = 1 << 20  # bounded growth below this is never worth a word on the process line
@@ -416,15 +427,17 @@ def _rollup_finding(series: ProcessSeries, r: SiteSeries, rules: list[Suppressio
     return f
 
 
-def _select(findings: list[Finding], judged: ProcessJudgement, single: bool) -> list[Finding]:
-    """Every site with something to say, then the biggest quiet ones, up to MAX_FINDINGS."""
-    findings.sort(key=lambda f: f.rank())
+def _select(findings: list[Finding], peaks: list[float], judged: ProcessJudgement,
+            single: bool) -> list[Finding]:
+    """Every site with something to say, then the biggest quiet ones (by ``peaks``, the most
+    each finding held over the judged dumps), up to MAX_FINDINGS."""
+    ranked = sorted(zip(findings, peaks, strict=True), key=lambda fp: fp[0].rank())
     if single:
         total = max(judged.totals[judged.judged - 1], 0.0)
-        return [f for f in findings if f.bytes >= LIVE_FLOOR * total][:MAX_FINDINGS]
-    loud = [f for f in findings if f.verdict not in QUIET]
-    quiet = sorted((f for f in findings if f.verdict in QUIET),
-                   key=lambda f: (-max(f.series[:judged.judged], default=0.0), f.function))
+        return [f for f, _ in ranked if f.bytes >= LIVE_FLOOR * total][:MAX_FINDINGS]
+    loud = [f for f, _ in ranked if f.verdict not in QUIET]
+    quiet = [f for f, _ in sorted(((f, p) for f, p in ranked if f.verdict in QUIET),
+                                  key=lambda fp: (-fp[1], fp[0].function))]
     return (loud + quiet)[:max(MAX_FINDINGS, len(loud))]
 
 

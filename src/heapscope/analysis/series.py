@@ -27,6 +27,7 @@ from heapscope.errors import HeapscopeError
 from heapscope.formats.load import dump_order, parse_dump_name
 from heapscope.formats.scan import DumpCounts, Scanner, unsampled
 from heapscope.formats.scancache import ScanCache
+from heapscope.memory import give_back, returnable
 from heapscope.model import Location, Mapping, Profile, Sample, ViaFrame
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -165,7 +166,7 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
                 continue
             dumps.append(got)
     if memory is not None:
-        memory.save()
+        memory.save()  # and lets go of the dumps: series_of gives back each one's arrays
     if not dumps:
         return unreadable_series(pid, skipped)
 
@@ -181,7 +182,7 @@ def load_series(pid: int | None, paths: list[str], options: SymbolOptions,
             own = r.addresses()
             kept_raw.append(r.with_(locations=MappingProxyType(
                 {a: loc for a, loc in locations.items() if a in own})))
-    return series_of(pid, dumps, naming, kept_raw, skipped)
+    return series_of(pid, dumps, naming, kept_raw, skipped, release=True)
 
 
 #: How a series' addresses get their names: (the union profile of its stacks, with no
@@ -248,13 +249,15 @@ def name_stacks(pid: int | None, table: list[tuple[int, ...]], dumps: list[DumpC
 
 
 def series_of(pid: int | None, dumps: list[DumpCounts], naming: Naming,
-              raw: list[Profile] | None = None, skipped: list[str] | None = None
-              ) -> ProcessSeries:
-    """The series of these dumps, their stacks named by ``naming``."""
+              raw: list[Profile] | None = None, skipped: list[str] | None = None, *,
+              release: bool = False) -> ProcessSeries:
+    """The series of these dumps, their stacks named by ``naming``. ``release``: the
+    caller is done with the dumps' counts, which are dropped (each dump's ``ids``,
+    ``counts`` and ``nbytes`` left empty) as soon as they are added to the matrices."""
     sites = naming.sites
-    values, objects, samples = _matrices(dumps, naming.site_of, len(sites))
     site_via = _site_via(sites, naming.used, naming.used_site, naming.pruned, dumps[-1],
                          len(naming.site_of))
+    values, objects, samples = _matrices(dumps, naming.site_of, len(sites), release)
     return ProcessSeries(pid, [d.path for d in dumps], sites, values, objects, samples,
                          naming.site_stacks, naming.pruned.with_(samples=()),
                          [d.time for d in dumps], list(naming.diagnostics), raw or [],
@@ -341,21 +344,43 @@ def _sites(stacks: list[tuple[int, ...]], pruned: Profile,
     return list(index), site_of, site_stacks
 
 
-def _matrices(dumps: list[DumpCounts], site_of: npt.NDArray[np.int64], sites: int
-              ) -> tuple[Matrix, Matrix, Matrix]:
-    """Estimated bytes, estimated objects and sampled objects per site (rows) and dump."""
+#: Dumps whose arrays are dropped between two calls to give the memory back to the system.
+GIVE_BACK_EVERY = 32
+
+
+def _matrices(dumps: list[DumpCounts], site_of: npt.NDArray[np.int64], sites: int,
+              release: bool = False) -> tuple[Matrix, Matrix, Matrix]:
+    """Estimated bytes, estimated objects and sampled objects per site (rows) and dump;
+    with ``release``, each dump's arrays are dropped once added (see series_of)."""
+    # Each dump is first a row (dumps x sites, in pages of their own), not a column of the
+    # matrices: a row is contiguous where a column touches every page of a matrix at once,
+    # so the rows' pages are taken as the dumps' arrays are given back, and a long series'
+    # arrays and matrices are never all held together. Each kind then becomes its matrix
+    # (sites x dumps, row-major: the judge's sums depend on the order of their terms), and
+    # its rows go before the next kind's matrix is made.
     n = len(dumps)
-    values = np.zeros((sites, n))
-    objects = np.zeros((sites, n))
-    samples = np.zeros((sites, n))
+    rows_of = [returnable((n, sites), np.dtype(np.float64)) for _ in range(3)]
     for j, d in enumerate(dumps):
-        if not d.ids.size:
-            continue
-        rows = site_of[d.ids]
-        keep = (rows >= 0) & (d.nbytes > 0)
-        b, o, c = unsampled(d)
-        r = rows[keep]
-        values[:, j] = np.bincount(r, weights=b[keep], minlength=sites)
-        objects[:, j] = np.bincount(r, weights=o[keep], minlength=sites)
-        samples[:, j] = np.bincount(r, weights=c[keep], minlength=sites)
-    return values, objects, samples
+        if d.ids.size:
+            rows = site_of[d.ids]
+            keep = (rows >= 0) & (d.nbytes > 0)
+            r = rows[keep]
+            for kind, w in zip(rows_of, unsampled(d), strict=True):
+                kind[j] = np.bincount(r, weights=w[keep], minlength=sites)
+            # (an empty dump's rows stay as they began: zeros)
+        if release:
+            d.ids, d.counts, d.nbytes = _NO_IDS, _NO_FLOATS, _NO_FLOATS
+            if (j + 1) % GIVE_BACK_EVERY == 0:
+                give_back()  # dumps scanned by threads are in those threads' heaps
+    if release:
+        give_back()
+    out = []
+    for k in range(3):
+        out.append(np.ascontiguousarray(rows_of[k].T))
+        rows_of[k] = _NO_ROWS
+    return out[0], out[1], out[2]
+
+
+_NO_IDS: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+_NO_FLOATS: npt.NDArray[np.float64] = np.zeros(0, dtype=np.float64)
+_NO_ROWS: npt.NDArray[np.float64] = np.zeros((0, 0), dtype=np.float64)

@@ -10,8 +10,11 @@ carry their own symbols (heapscope's copies) are not kept: they are small and se
 A file is a small marshal head (the stack table, the memory maps, each dump's facts and
 lengths) and then the dumps' arrays as raw bytes, every dump's stack ids first, then their
 counts, then their bytes. A long series' arrays are hundreds of MB: written one by one and
-read back into one buffer of each kind, they are never held twice (as one marshal blob
-would be), and the buffers go back to the system as soon as the series no longer needs them.
+read back in the series' order, a few MB of consecutive dumps into pages of their own
+(:func:`heapscope.memory.returnable`), they are never held twice (as one marshal blob would
+be), and they go back to the system a few MB at a time as the series' matrices are built
+(:func:`heapscope.analysis.series.series_of`), not only once the last dump is added. A
+cache lets go of its entries once saved: from then on they are their reader's.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ import numpy as np
 from heapscope import __version__
 from heapscope.files import open_private
 from heapscope.formats.scan import DumpCounts, StackTable
+from heapscope.memory import returnable
 from heapscope.model import Mapping
 
 _FORMAT = 2
 _LENGTH = struct.Struct("<Q")  # the head's length, before it
 # A dump's stack ids, counts and bytes.
 _KINDS = (np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64))
+GROUP = 8 << 20  # bytes of consecutive dumps' arrays read into one mapping
 
 
 def identity(path: str) -> tuple[str, int, int, int] | None:
@@ -56,8 +61,14 @@ class ScanCache:
         self.entries: dict[tuple[str, int, int, int], DumpCounts] = {}
         self.used: set[tuple[str, int, int, int]] = set()
         self.changed = False
+        # The identity of each of the series' dumps, in its order, as they were opened.
+        self.wanted: dict[str, tuple[str, int, int, int]] = {}
         if cache_dir is None or not paths:
             return
+        for path in paths:
+            got = identity(path)
+            if got is not None:
+                self.wanted[path] = got
         folder = os.path.realpath(os.path.dirname(os.path.abspath(paths[0])))
         ident = (folder, pid, __version__, sys.version, _FORMAT)
         key = hashlib.sha1(repr(ident).encode()).hexdigest()
@@ -66,7 +77,7 @@ class ScanCache:
 
     def get(self, path: str) -> DumpCounts | None:
         """The counts scanned from this very file before, if any."""
-        ident = identity(path)
+        ident = self.wanted.get(path) or identity(path)
         if ident is None:
             return None
         got = self.entries.get(ident)
@@ -85,7 +96,17 @@ class ScanCache:
         self.changed = True
 
     def save(self) -> None:
-        """Write the series back when anything was added (entries not used are dropped)."""
+        """Write the series back when anything was added (entries not used are dropped),
+        then let go of every entry: the dumps read are their reader's from now on, so their
+        arrays can go back to the system one dump at a time while the series is built."""
+        try:
+            self._write()
+        finally:
+            self.entries = {}
+            self.used = set()
+            self.changed = False
+
+    def _write(self) -> None:
         if self.file is None or not self.changed:
             return
         maps: dict[tuple[Mapping, ...], int] = {}
@@ -141,30 +162,63 @@ class ScanCache:
         at = _LENGTH.size + length + _padding(length)
         if at + 8 * sum(totals) != size:
             raise ValueError("arrays that do not fill the file")
-        ids = np.empty(totals[0], dtype=np.int64)
-        counts = np.empty(totals[1], dtype=np.float64)
-        nbytes = np.empty(totals[2], dtype=np.float64)
-        for whole in (ids, counts, nbytes):
-            _fill(f.fileno(), whole.data.cast("B"), at)
-            at += whole.nbytes
-            whole.flags.writeable = False  # as scanned: nothing may change what is shared
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= len(stacks)):
-            raise ValueError("a stack id beyond the table")
         table = StackTable()
         table.stacks = [tuple(s) for s in stacks]
         table.by_stack = {s: i for i, s in enumerate(table.stacks)}
         table.ids = dict(texts)
         mapsets = [tuple(Mapping(*x) for x in ms) for ms in maps]
+        # Where each dump's arrays start in the file, kind by kind.
+        starts = []
+        nexts = [at, at + 8 * totals[0], at + 8 * (totals[0] + totals[1])]
+        for ns in lengths:
+            starts.append(nexts)
+            nexts = [a + 8 * n for a, n in zip(nexts, ns, strict=True)]
+        # The dumps of this series in its order (then any others), a group at a time: a
+        # group goes back to the system once the series is past it (see _read_group).
+        position = {ident: k for k, ident in enumerate(self.wanted.values())}
+        order = sorted((position.get(tuple(row[0]), len(position)), k)
+                       for k, row in enumerate(rows))
         entries = {}
-        starts = [0, 0, 0]
-        for row, (ni, nc, nb) in zip(rows, lengths, strict=True):
-            ident, _, period, sampling, unsampled, m, kind, time = row
-            i, c, b = starts
-            entries[tuple(ident)] = DumpCounts(ident[0], ids[i:i + ni], counts[c:c + nc],
-                                               nbytes[b:b + nb], period, sampling, unsampled,
-                                               mapsets[m], kind, time)
-            starts = [i + ni, c + nc, b + nb]
+        group: list[int] = []
+        held = 0
+        for last, (_, k) in enumerate(order, 1):
+            group.append(k)
+            held += 8 * sum(lengths[k])
+            if held < GROUP and last < len(order):
+                continue
+            arrays = _read_group(f.fileno(), [starts[i] for i in group],
+                                 [lengths[i] for i in group], held)
+            for i, (ids, counts, nbytes) in zip(group, arrays, strict=True):
+                if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= len(stacks)):
+                    raise ValueError("a stack id beyond the table")
+                ident, _, period, sampling, unsampled, m, kind, time = rows[i]
+                entries[tuple(ident)] = DumpCounts(ident[0], ids, counts, nbytes, period,
+                                                   sampling, unsampled, mapsets[m], kind,
+                                                   time)
+            group, held = [], 0
         self.table, self.entries = table, entries
+
+
+def _read_group(fd: int, starts: list[list[int]], lengths: list[list[int]], size: int
+                ) -> list[tuple[np.ndarray[Any, Any], ...]]:
+    """The stack ids, counts and bytes of dumps that follow each other in their series,
+    read-only, from where each array starts in the file (``starts``, per dump and kind) into
+    ``size`` bytes of pages of their own: they go back to the system when the last of these
+    dumps is done with, and a few MB at a time take huge pages (a dump's own would not)."""
+    whole = returnable((size,), np.dtype(np.uint8))
+    out = []
+    at = 0
+    for where, ns in zip(starts, lengths, strict=True):
+        dump = []
+        for start, n, dtype in zip(where, ns, _KINDS, strict=True):
+            part = whole[at:at + 8 * n]
+            _fill(fd, part.data, start)
+            view = part.view(dtype)
+            view.flags.writeable = False  # as scanned: nothing may change what is shared
+            dump.append(view)
+            at += 8 * n
+        out.append(tuple(dump))
+    return out
 
 
 def _padding(length: int) -> int:
