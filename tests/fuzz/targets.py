@@ -25,6 +25,7 @@ from heapscope.formats.jemalloc import ParseCache
 from heapscope.formats.load import load
 from heapscope.formats.pprof import decode_profile
 from heapscope.formats.scan import Scanner
+from heapscope.formats.scancache import ScanCache
 from heapscope.model import Profile
 from heapscope.render.pprof import encode_profile
 from heapscope.symbols.perfmap import PerfMap
@@ -132,6 +133,54 @@ def _manifest(data: bytes, scratch: str) -> object:
     return facts_from_manifest(m), recorded_modules(m)
 
 
+def _scan_cache(data: bytes, scratch: str) -> object:
+    """The scan cache's reader (what ``leaks`` keeps of a series between runs): whatever the
+    file holds, each dump it yields is whole (ids, counts and bytes of one length, every id
+    in its table), or the file is ignored. It never raises."""
+    paths = _cache_paths(scratch)
+    memory = ScanCache(scratch + ".cache", 77, paths)
+    assert memory.file is not None
+    os.makedirs(os.path.dirname(memory.file), exist_ok=True)
+    _write(data, memory.file)
+    memory = ScanCache(scratch + ".cache", 77, paths)
+    stacks = len(memory.table.stacks)
+    for d in memory.entries.values():
+        if not d.ids.size == d.counts.size == d.nbytes.size:
+            raise AssertionError(f"a dump of {d.ids.size} ids, {d.counts.size} counts and "
+                                 f"{d.nbytes.size} byte values")
+        if d.ids.size and not 0 <= int(d.ids.min()) <= int(d.ids.max()) < stacks:
+            raise AssertionError("a stack id outside the table")
+    return len(memory.entries)
+
+
+def _cache_paths(scratch: str) -> list[str]:
+    """Two dump files (their contents do not matter to the cache) beside ``scratch``."""
+    folder = scratch + ".dumps"
+    os.makedirs(folder, exist_ok=True)
+    paths = [os.path.join(folder, f"jeprof.77.{k}.m{k}.heap") for k in range(2)]
+    for k, p in enumerate(paths):
+        if not os.path.exists(p):
+            _write(f"dump {k}\n".encode(), p)
+    return paths
+
+
+def _scan_cache_seeds() -> list[bytes]:
+    """Cache files as ScanCache writes them, of the first two test dumps."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="heapscope-fuzz-seed-") as tmp:
+        scratch = os.path.join(tmp, "s")
+        paths = _cache_paths(scratch)
+        memory = ScanCache(scratch + ".cache", 77, paths)
+        scanner = Scanner(memory)
+        for path, dump in zip(paths, _dump_files()[:2], strict=True):
+            counts, _ = scanner.read(str(dump))
+            memory.put(path, counts)
+        memory.save()
+        assert memory.file is not None
+        return [Path(memory.file).read_bytes()]
+
+
 def _dump_files() -> list[Path]:
     return sorted(DATA.glob("*.heap")) + sorted(CORPUS.glob("*.heap"))
 
@@ -175,4 +224,5 @@ READERS = (
     Target("perf-map", _perf_map, (), _text_seeds(PERF_MAP)),
     Target("suppressions", _suppressions, (InputError,), _text_seeds(SUPPRESSIONS)),
     Target("manifest", _manifest, (), _text_seeds(MANIFEST)),
+    Target("scan-cache", _scan_cache, (), _scan_cache_seeds),
 )

@@ -3,6 +3,8 @@ that is not what it wrote (cut short, grown, another format, ids past its table)
 
 from __future__ import annotations
 
+import hashlib
+import marshal
 import os
 import struct
 from pathlib import Path
@@ -75,12 +77,15 @@ def test_a_series_is_read_back_as_it_was_scanned(tmp_path: Path, dumps: list[str
 
 def test_the_arrays_follow_the_head_as_raw_bytes(tmp_path: Path, dumps: list[str]) -> None:
     """Every dump's ids, then every dump's counts, then every dump's bytes, each eight bytes
-    a value, after the head and its length (7 values of each kind: 2 + 3 + 2)."""
+    a value, after the head's length, its 16-byte BLAKE2b digest and the head (7 values of
+    each kind: 2 + 3 + 2)."""
     cache = tmp_path / "cache"
     remembered(cache, dumps).save()
     data = the_file(cache).read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
-    start = 8 + length + (-(8 + length) % 8)
+    head = data[24:24 + length]
+    assert data[8:24] == hashlib.blake2b(head, digest_size=16).digest()
+    start = 24 + length + (-(24 + length) % 8)
     assert len(data) - start == 3 * 7 * 8
     ids, counts, nbytes = (np.frombuffer(data, dtype, 7, start + 56 * k)
                            for k, dtype in enumerate((np.int64, np.float64, np.float64)))
@@ -109,7 +114,8 @@ def test_dumps_no_longer_asked_for_are_dropped(tmp_path: Path, dumps: list[str])
     assert new is not None and new.ids.tolist() == [1] and new.nbytes.tolist() == [128.0]
 
 
-@pytest.mark.parametrize("damage", ["cut", "grown", "head", "format", "beyond", "negative"])
+@pytest.mark.parametrize("damage", ["cut", "grown", "head", "format", "flipped", "unequal",
+                                    "beyond", "negative"])
 def test_a_file_it_did_not_write_is_ignored(tmp_path: Path, dumps: list[str],
                                             damage: str) -> None:
     cache = tmp_path / "cache"
@@ -117,7 +123,7 @@ def test_a_file_it_did_not_write_is_ignored(tmp_path: Path, dumps: list[str],
     entry = the_file(cache)
     data = bytearray(entry.read_bytes())
     (length,) = struct.unpack("<Q", data[:8])
-    ids_at = 8 + length + (-(8 + length) % 8)
+    ids_at = 24 + length + (-(24 + length) % 8)
     if damage == "cut":
         data = data[:-5]
     elif damage == "grown":
@@ -125,7 +131,20 @@ def test_a_file_it_did_not_write_is_ignored(tmp_path: Path, dumps: list[str],
     elif damage == "head":
         data[:8] = struct.pack("<Q", len(data) + 1)
     elif damage == "format":
-        data[8:8 + length] = bytes(length)
+        data[24:24 + length] = bytes(length)
+    elif damage == "flipped":  # one bit of the head: its digest no longer matches
+        data[24 + length // 2] ^= 0x10
+    elif damage == "unequal":
+        # A head written with its digest, whose first dump has one id fewer than counts and
+        # the second one more: the file's size still adds up.
+        fmt, stacks, texts, maps, rows = marshal.loads(bytes(data[24:24 + length]))
+        rows = [list(r) for r in rows]
+        (a0, b0, c0), (a1, b1, c1) = rows[0][1], rows[1][1]
+        rows[0][1], rows[1][1] = (a0 - 1, b0, c0), (a1 + 1, b1, c1)
+        head = marshal.dumps((fmt, stacks, texts, maps, [tuple(r) for r in rows]))
+        assert len(head) == length
+        data[8:24] = hashlib.blake2b(head, digest_size=16).digest()
+        data[24:24 + length] = head
     elif damage == "beyond":
         data[ids_at:ids_at + 8] = struct.pack("<q", 3)  # the table holds stacks 0..2
     else:

@@ -8,7 +8,8 @@ are written atomically; a damaged or foreign file is ignored and replaced. Profi
 carry their own symbols (heapscope's copies) are not kept: they are small and self-contained.
 
 A file is a small marshal head (the stack table, the memory maps, each dump's facts and
-lengths) and then the dumps' arrays as raw bytes, every dump's stack ids first, then their
+lengths; after its length and its digest, so that marshal only ever reads a head heapscope
+wrote) and then the dumps' arrays as raw bytes, every dump's stack ids first, then their
 counts, then their bytes. A long series' arrays are hundreds of MB: written one by one and
 read back in the series' order, a few MB of consecutive dumps into pages of their own
 (:func:`heapscope.memory.returnable`), they are never held twice (as one marshal blob would
@@ -36,8 +37,9 @@ from heapscope.formats.scan import DumpCounts, StackTable
 from heapscope.memory import returnable
 from heapscope.model import Mapping
 
-_FORMAT = 2
+_FORMAT = 3
 _LENGTH = struct.Struct("<Q")  # the head's length, before it
+_DIGEST = 16  # then the head's BLAKE2b digest, bytes
 # A dump's stack ids, counts and bytes.
 _KINDS = (np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float64))
 GROUP = 8 << 20  # bytes of consecutive dumps' arrays read into one mapping
@@ -125,6 +127,7 @@ class ScanCache:
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 f.write(_LENGTH.pack(len(head)))
+                f.write(_digest(head))
                 f.write(head)
                 f.write(bytes(_padding(len(head))))
                 for k, dtype in enumerate(_KINDS):
@@ -143,7 +146,8 @@ class ScanCache:
                 raise FileNotFoundError(self.file)
             with f:
                 self._read(f)
-        except (OSError, EOFError, ValueError, TypeError, IndexError, KeyError):
+        except (OSError, EOFError, ValueError, TypeError, IndexError, KeyError,
+                OverflowError, MemoryError, RecursionError, SystemError):
             self.table = StackTable()
             self.entries = {}
 
@@ -152,14 +156,20 @@ class ScanCache:
         (length,) = _LENGTH.unpack(_read_exactly(f, _LENGTH.size))
         if length > size:
             raise ValueError("a head longer than the file")
-        fmt, stacks, texts, maps, rows = marshal.loads(_read_exactly(f, length))
+        digest = _read_exactly(f, _DIGEST)
+        head = _read_exactly(f, length)
+        # marshal is for what heapscope wrote itself: a head that is not, byte for byte (a
+        # file cut short, damaged on disk), is refused before marshal reads any of it.
+        if _digest(head) != digest:
+            raise ValueError("a head that is not the one written")
+        fmt, stacks, texts, maps, rows = marshal.loads(head)
         if fmt != _FORMAT:
             raise ValueError("another format")
         lengths = [[int(n) for n in row[1]] for row in rows]
-        if any(len(ns) != len(_KINDS) or min(ns) < 0 for ns in lengths):
+        if any(len(ns) != len(_KINDS) or min(ns) < 0 or len(set(ns)) != 1 for ns in lengths):
             raise ValueError("a dump of no shape")
         totals = [sum(ns[k] for ns in lengths) for k in range(len(_KINDS))]
-        at = _LENGTH.size + length + _padding(length)
+        at = _LENGTH.size + _DIGEST + length + _padding(length)
         if at + 8 * sum(totals) != size:
             raise ValueError("arrays that do not fill the file")
         table = StackTable()
@@ -222,8 +232,13 @@ def _read_group(fd: int, starts: list[list[int]], lengths: list[list[int]], size
 
 
 def _padding(length: int) -> int:
-    """Bytes after a head of ``length`` (and its length) that align the arrays to 8."""
-    return -(_LENGTH.size + length) % 8
+    """Bytes after a head of ``length`` (and its length and digest) that align the arrays
+    to 8."""
+    return -(_LENGTH.size + _DIGEST + length) % 8
+
+
+def _digest(head: bytes) -> bytes:
+    return hashlib.blake2b(head, digest_size=_DIGEST).digest()
 
 
 def _fill(fd: int, buffer: memoryview, offset: int) -> None:
