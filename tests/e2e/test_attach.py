@@ -308,15 +308,29 @@ def test_pid_that_exits(server_bin: Path, libjemalloc: Path, gdb: str,
     err = one_line_error(hs(str(quick.pid), "status", cache=tmp_path / "c"))
     assert "exited" in err or "no process" in err, err
     quick.proc.wait()
-    # A watched process that exits: the series taken until then is judged, and said so.
-    later = Target([str(server_bin), "2500"], _env(libjemalloc, CONF))
-    p = hs(str(later.pid), "watch", "--every", "0.1", "--count", "1000", "-o",
-           str(tmp_path / "gone"), "--format", "json", cache=tmp_path / "c")
+    # A watched process that exits: the series taken until then is judged, and said so. It
+    # is stopped once the watch holds three dumps (a lifetime of its own would have to
+    # outlast heapscope's start on a loaded machine).
+    later = Target([str(server_bin)], _env(libjemalloc, CONF))
+    cli = _cli()
+    argv = ["attach"] if cli[-1].endswith("main") else []
+    watch = subprocess.Popen(
+        [*cli, *argv, str(later.pid), "watch", "--every", "0.1", "--count", "1000", "-o",
+         str(tmp_path / "gone"), "--format", "json"],
+        env=dict(os.environ, HEAPSCOPE_CACHE_DIR=str(tmp_path / "c")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / "gone").glob("dumps/*.heap"))) < 3:
+        assert watch.poll() is None and time.monotonic() < deadline, "no third dump"
+        time.sleep(0.05)
+    assert later.stop() == 0
+    out, err = watch.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    p = subprocess.CompletedProcess(watch.args, watch.returncode, out, err)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert any(f"pid {later.pid} exited after" in n for n in doc["notes"]), doc["notes"]
-    assert doc["processes"][0]["dumps"] >= 2
-    assert later.proc.wait(timeout=10) == 0
+    assert doc["processes"][0]["dumps"] >= 3
 
 
 def _cycles(target: Target, cycles: int, folder: Path) -> dict[str, Any]:
