@@ -113,6 +113,12 @@ def test_a_bad_dump_changes_nothing(dumps: list[str], tmp_path: Path) -> None:
         w.add(str(bad))
     assert w.paths == dumps[:3]
     assert _report(w.series()) == before
+    assert w.gave_up(str(bad))
+    # A dump that was still being written: once it has grown, it is read again.
+    bad.write_text(Path(dumps[3]).read_text())
+    assert not w.gave_up(str(bad))
+    w.add(str(bad))
+    assert w.paths == [*dumps[:3], str(bad)] and not w.refused
 
 
 def test_drop_forgets_a_deleted_dump(dumps: list[str]) -> None:

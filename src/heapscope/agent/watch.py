@@ -382,7 +382,7 @@ class Agent:
                 not _same_facts(w.window_facts, facts):
             win = None
         if win is not None:
-            dumps = [p for p in dumps if p not in win.refused]  # tried once is enough
+            dumps = [p for p in dumps if not win.gave_up(p)]  # tried once, unchanged since
             keep = set(dumps)
             for p in win.paths:
                 if p not in keep:

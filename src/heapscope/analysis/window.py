@@ -19,6 +19,7 @@ only the symbolizer's diagnostics differ: the window keeps each one said since i
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Mapping as MappingT
 from types import MappingProxyType
@@ -64,7 +65,8 @@ class Window:
         self.said: dict[Diagnostic, None] = {}  # every diagnostic so far, in order, once
         self.naming: Naming | None = None
         self.renamed = 0  # rounds that had to name the sites again (for benches and tests)
-        self.refused: dict[str, str] = {}  # dumps that could not be read, and why
+        # Dumps that could not be read: why, and the file's (size, mtime) then.
+        self.refused: dict[str, tuple[str, tuple[int, int] | None]] = {}
         self.compacted = 0  # times the table was rebuilt without stacks gone from the window
 
 
@@ -75,11 +77,18 @@ class Window:
         try:
             counts, _ = self.scanner.read(path)
         except InputError as e:
-            self.refused[path] = str(e)
+            self.refused[path] = (str(e), _stamp(path))
             raise
+        self.refused.pop(path, None)
         self.dumps.append(counts)
         while len(self.dumps) > self.size:
             self.dumps.popleft()
+
+    def gave_up(self, path: str) -> bool:
+        """True when ``path`` could not be read and has not changed since (a dump that was
+        still being written is read again once it has grown)."""
+        got = self.refused.get(path)
+        return got is not None and got[1] == _stamp(path)
 
     def drop(self, path: str) -> None:
         """Forget the dump read from ``path`` (deleted by a disk budget, say)."""
@@ -120,7 +129,7 @@ class Window:
             try:
                 kept.append(self.scanner.read(d.path)[0])
             except InputError as e:  # gone or changed since: the window goes on without it
-                self.refused[d.path] = str(e)
+                self.refused[d.path] = (str(e), _stamp(d.path))
         self.dumps = kept
         live = set().union(*self.scanner.table.stacks)
         self.locations = {a: loc for a, loc in self.locations.items() if a in live}
@@ -145,3 +154,12 @@ class Window:
             for d in sym.diagnostics:
                 self.said.setdefault(d, None)
         return {a: known[a] for a in addresses if a in known}, list(self.said)
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    """A file's (size, mtime in ns), or None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
