@@ -686,6 +686,265 @@ fail:
     return NULL;
 }
 
+/* ---- fold_cut: fold's cut of each stack at its site ---- */
+
+/* A new tuple with the items of t (never t itself: a via chain must be a tuple of its own,
+   reports count chains by identity). */
+static PyObject *tuple_copy(PyObject *t) {
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *x = PyTuple_GET_ITEM(t, j);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(out, j, x);
+    }
+    return out;
+}
+
+/* The memo entry (cut stack, frame index, via) of a stack cut at code (address index << 16 |
+   frame index, not 0): its via chain from vias by (addresses up to the site, frame index),
+   else made: a copy of via_of[leaf] (filled by frames_via(leaf)) when the leaf alone is cut
+   off, else via(stack, i, k); stored in vias. New reference, NULL on error. */
+static PyObject *cut_entry(PyObject *stack, long code, PyObject *vias, PyObject *via_of,
+                           PyObject *frames_via, PyObject *via_fn) {
+    Py_ssize_t i = code >> 16, k = code & 0xffff, n = PyTuple_GET_SIZE(stack);
+    if (i >= n) {
+        PyErr_SetString(PyExc_ValueError, "a site past the end of its stack");
+        return NULL;
+    }
+    PyObject *head = PyTuple_GetSlice(stack, 0, i + 1);
+    if (head == NULL) return NULL;
+    PyObject *key = Py_BuildValue("(Nn)", head, k), *via = NULL, *cut = NULL;
+    if (key == NULL) return NULL;
+    via = PyDict_GetItemWithError(vias, key);
+    if (via != NULL) {
+        Py_INCREF(via);
+    } else {
+        if (PyErr_Occurred()) goto fail;
+        if (i == 1 && k == 0) {
+            PyObject *leaf = PyTuple_GET_ITEM(stack, 0);
+            PyObject *got = PyDict_GetItemWithError(via_of, leaf); /* borrowed */
+            PyObject *made = NULL;
+            if (got == NULL && PyErr_Occurred()) goto fail;
+            if (got == NULL || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) == 0) {
+                made = PyObject_CallOneArg(frames_via, leaf);
+                if (made == NULL) goto fail;
+                got = made;
+            }
+            if (!PyTuple_Check(got)) {
+                Py_DECREF(made);
+                PyErr_SetString(PyExc_TypeError, "via frames must be a tuple");
+                goto fail;
+            }
+            via = tuple_copy(got);
+            Py_XDECREF(made);
+        } else {
+            via = PyObject_CallFunction(via_fn, "Onn", stack, i, k);
+        }
+        if (via == NULL || PyDict_SetItem(vias, key, via) < 0) goto fail;
+    }
+    cut = PyTuple_GetSlice(stack, i, n);
+    if (cut == NULL) goto fail;
+    Py_DECREF(key);
+    return Py_BuildValue("(NnN)", cut, k, via);
+fail:
+    Py_XDECREF(via);
+    Py_DECREF(key);
+    return NULL;
+}
+
+/* Fold's cut (heapscope.analysis.fold, _Folder.fold): per sample whose code (from sites) is
+   not 0, its memo entry (memo: raw stack -> (cut stack, frame index, via), shared by the
+   dumps of one process; made by cut_entry on a miss), trims[cut leaf] = frame index when
+   frames of the leaf are cut, and a new sample where the stack was cut or has a via chain.
+   Returns the list of samples. */
+static PyObject *fold_cut_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *codes, *memo, *vias, *via_of, *frames_via, *via_fn, *trims, *cls;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!OOO!O", &samples, &PyList_Type, &codes, &PyDict_Type,
+                          &memo, &PyDict_Type, &vias, &PyDict_Type, &via_of, &frames_via,
+                          &via_fn, &PyDict_Type, &trims, &cls))
+        return NULL;
+    if (check_sample_type(cls) < 0) return NULL;
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (PyList_GET_SIZE(codes) != ns) {
+        PyErr_SetString(PyExc_ValueError, "one code per sample");
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *out = PyList_New(ns);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *s = items[i];
+        long code = PyLong_AsLong(PyList_GET_ITEM(codes, i));
+        if (code == -1 && PyErr_Occurred()) goto fail;
+        if (code == 0) {
+            Py_INCREF(s);
+            PyList_SET_ITEM(out, i, s);
+            continue;
+        }
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(s, &stack, &values, &threads, &via) < 0) goto fail;
+        PyObject *got = PyDict_GetItemWithError(memo, stack);
+        if (got != NULL) {
+            Py_INCREF(got);
+        } else {
+            if (PyErr_Occurred()) goto fail;
+            got = cut_entry(stack, code, vias, via_of, frames_via, via_fn);
+            if (got == NULL) goto fail;
+            if (PyDict_SetItem(memo, stack, got) < 0) {
+                Py_DECREF(got);
+                goto fail;
+            }
+        }
+        if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 3 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(got, 0))) {
+            Py_DECREF(got);
+            PyErr_SetString(PyExc_TypeError, "memo entries must be (stack, frame, via)");
+            goto fail;
+        }
+        PyObject *cut = PyTuple_GET_ITEM(got, 0), *k = PyTuple_GET_ITEM(got, 1);
+        PyObject *chain = PyTuple_GET_ITEM(got, 2);
+        int trim = PyObject_IsTrue(k), has_via = PyObject_IsTrue(chain);
+        if (trim < 0 || has_via < 0 || (trim && PyTuple_GET_SIZE(cut) == 0)) {
+            if (trim > 0) PyErr_SetString(PyExc_ValueError, "an empty stack with frames cut");
+            Py_DECREF(got);
+            goto fail;
+        }
+        if (trim && PyDict_SetItem(trims, PyTuple_GET_ITEM(cut, 0), k) < 0) {
+            Py_DECREF(got);
+            goto fail;
+        }
+        PyObject *sample;
+        if (has_via || cut != stack) {
+            sample = new_sample((PyTypeObject *)cls, cut, values, threads, chain);
+        } else {
+            Py_INCREF(s);
+            sample = s;
+        }
+        Py_DECREF(got);
+        if (sample == NULL) goto fail;
+        PyList_SET_ITEM(out, i, sample);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- runs_above: the runs of addresses above given leaves ---- */
+
+/* Each distinct stack[1:depth + 1] of the samples whose stack's leaf is in `leaves` (a set),
+   in the order of their first stack, as dict.fromkeys would keep them. */
+static PyObject *runs_above_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *leaves;
+    Py_ssize_t depth;
+    if (!PyArg_ParseTuple(args, "OO!n", &samples, &PySet_Type, &leaves, &depth)) return NULL;
+    if (depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "depth must be >= 0");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *seen = PyDict_New(), *out = PyList_New(0);
+    if (seen == NULL || out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[i], &stack, &values, &threads, &via) < 0) goto fail;
+        Py_ssize_t n = PyTuple_GET_SIZE(stack);
+        if (n == 0) continue;
+        int in = PySet_Contains(leaves, PyTuple_GET_ITEM(stack, 0));
+        if (in < 0) goto fail;
+        if (!in) continue;
+        PyObject *run = PyTuple_GetSlice(stack, 1, depth + 1 < n ? depth + 1 : n);
+        if (run == NULL) goto fail;
+        int known = PyDict_Contains(seen, run);
+        if (known < 0 || (!known && (PyDict_SetItem(seen, run, Py_None) < 0 ||
+                                     PyList_Append(out, run) < 0))) {
+            Py_DECREF(run);
+            goto fail;
+        }
+        Py_DECREF(run);
+    }
+    Py_DECREF(seen);
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* ---- frames_named: where given functions have frames ---- */
+
+/* For each address of `addresses` (in its iteration order) that has a location, each frame
+   k of it whose function is a key of `wanted`: wanted[function].append((address, k)).
+   Locations are (address, mapping, module, offset, frames) tuples, frames (function, ...). */
+static PyObject *frames_named_impl(PyObject *self, PyObject *args) {
+    PyObject *addresses, *locations, *wanted;
+    if (!PyArg_ParseTuple(args, "OO!O!", &addresses, &PyDict_Type, &locations, &PyDict_Type,
+                          &wanted))
+        return NULL;
+    PyObject *it = PyObject_GetIter(addresses);
+    if (it == NULL) return NULL;
+    PyObject *a;
+    while ((a = PyIter_Next(it)) != NULL) {
+        PyObject *loc = PyDict_GetItemWithError(locations, a); /* borrowed */
+        if (loc == NULL) {
+            Py_DECREF(a);
+            if (PyErr_Occurred()) goto fail;
+            continue;
+        }
+        PyObject *frames = PyTuple_Check(loc) && PyTuple_GET_SIZE(loc) == 5
+                               ? PyTuple_GET_ITEM(loc, 4) : NULL;
+        if (frames == NULL || !PyTuple_Check(frames)) {
+            Py_DECREF(a);
+            PyErr_SetString(PyExc_TypeError, "locations must be 5-tuples with a frames tuple");
+            goto fail;
+        }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(frames); k++) {
+            PyObject *f = PyTuple_GET_ITEM(frames, k);
+            if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) < 1) {
+                Py_DECREF(a);
+                PyErr_SetString(PyExc_TypeError, "frames must be tuples");
+                goto fail;
+            }
+            PyObject *at = PyDict_GetItemWithError(wanted, PyTuple_GET_ITEM(f, 0));
+            if (at == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(a);
+                    goto fail;
+                }
+                continue;
+            }
+            PyObject *pair = Py_BuildValue("(On)", a, k);
+            if (pair == NULL || PyList_Check(at) == 0 || PyList_Append(at, pair) < 0) {
+                if (pair != NULL && !PyList_Check(at))
+                    PyErr_SetString(PyExc_TypeError, "wanted must map names to lists");
+                Py_XDECREF(pair);
+                Py_DECREF(a);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        Py_DECREF(a);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(it);
+    return NULL;
+}
+
 /* ---- accumulate: flat and cumulative sums per key, the top table's loop ---- */
 
 /* Per-key sums that grow as new key ids appear. */
@@ -834,6 +1093,78 @@ done:
     Py_XDECREF(none_leaf);
     Py_DECREF(seq);
     return result;
+}
+
+/* ---- via_sums: the top table's flat value per key and via chain ---- */
+
+/* Per sample with leaf[n] >= 0 (the key id of its flat row): per_key[leaf[n]][id(via)] +=
+   values[index], chains[id(via)] = via on its first sight; dicts made and filled in the
+   samples' order, as heapscope.analysis.aggregate.KeyTable.add_via does. */
+static PyObject *via_sums_impl(PyObject *self, PyObject *args) {
+    PyObject *samples, *leaf, *per_key, *chains;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "OO!nO!O!", &samples, &PyList_Type, &leaf, &index,
+                          &PyDict_Type, &per_key, &PyDict_Type, &chains))
+        return NULL;
+    PyObject *seq = PySequence_Fast(samples, "samples must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *zero = PyFloat_FromDouble(0.0);
+    if (zero == NULL) goto fail;
+    if (PyList_GET_SIZE(leaf) != ns || index < 0) {
+        PyErr_SetString(PyExc_ValueError, "one leaf per sample, a value index >= 0");
+        goto fail;
+    }
+    for (Py_ssize_t n = 0; n < ns; n++) {
+        PyObject *i = PyList_GET_ITEM(leaf, n);
+        long li = PyLong_AsLong(i);
+        if (li == -1 && PyErr_Occurred()) goto fail;
+        if (li < 0) continue;
+        PyObject *stack, *values, *threads, *via;
+        if (sample_fields(items[n], &stack, &values, &threads, &via) < 0) goto fail;
+        if (index >= PyTuple_GET_SIZE(values)) {
+            PyErr_SetString(PyExc_IndexError, "value index out of range");
+            goto fail;
+        }
+        PyObject *v = PyTuple_GET_ITEM(values, index);
+        PyObject *per = PyDict_GetItemWithError(per_key, i); /* borrowed */
+        if (per == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            per = PyDict_New();
+            if (per == NULL) goto fail;
+            int bad = PyDict_SetItem(per_key, i, per);
+            Py_DECREF(per); /* the dict holds it */
+            if (bad < 0) goto fail;
+        }
+        PyObject *c = PyLong_FromVoidPtr(via);
+        if (c == NULL) goto fail;
+        int known = PyDict_Contains(chains, c);
+        if (known < 0 || (!known && PyDict_SetItem(chains, c, via) < 0)) {
+            Py_DECREF(c);
+            goto fail;
+        }
+        PyObject *old = PyDict_GetItemWithError(per, c); /* borrowed */
+        if (old == NULL && PyErr_Occurred()) {
+            Py_DECREF(c);
+            goto fail;
+        }
+        PyObject *sum = PyNumber_Add(old != NULL ? old : zero, v);
+        if (sum == NULL || PyDict_SetItem(per, c, sum) < 0) {
+            Py_XDECREF(sum);
+            Py_DECREF(c);
+            goto fail;
+        }
+        Py_DECREF(sum);
+        Py_DECREF(c);
+    }
+    Py_DECREF(zero);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(zero);
+    Py_DECREF(seq);
+    return NULL;
 }
 
 /* ---- tree_add: samples merged into a call tree by the path of frame names ---- */
@@ -1504,7 +1835,11 @@ WITHOUT_GC(with_values)
 WITHOUT_GC(leaf_pairs)
 WITHOUT_GC(cut_leading)
 WITHOUT_GC(sites)
+WITHOUT_GC(fold_cut)
+WITHOUT_GC(frames_named)
+WITHOUT_GC(runs_above)
 WITHOUT_GC(accumulate)
+WITHOUT_GC(via_sums)
 WITHOUT_GC(tree_add)
 WITHOUT_GC(function_columns)
 WITHOUT_GC(scan_counts)
@@ -1524,8 +1859,20 @@ static PyMethodDef methods[] = {
      "cut_leading(samples, codes, fn, memo, sample_type) -> (samples, leaf addresses)."},
     {"sites", sites, METH_VARARGS,
      "sites(samples, candidates, fn) -> per sample (address index << 16 | frame index)."},
+    {"fold_cut", fold_cut, METH_VARARGS,
+     "fold_cut(samples, codes, memo, vias, via_of, frames_via, via, trims, sample_type) -> "
+     "samples, each stack whose code is not 0 cut at its site (as fold's loop)."},
+    {"runs_above", runs_above, METH_VARARGS,
+     "runs_above(samples, leaves, depth) -> each distinct stack[1:depth + 1] of the stacks "
+     "whose leaf is in leaves, in order."},
+    {"frames_named", frames_named, METH_VARARGS,
+     "frames_named(addresses, locations, wanted): wanted[function].append((address, k)) for "
+     "each frame k of each address's location whose function is in wanted."},
     {"accumulate", accumulate, METH_VARARGS,
      "accumulate(samples, index, key_ids, fn, no_stack) -> (flat, cum, total, leaf)."},
+    {"via_sums", via_sums, METH_VARARGS,
+     "via_sums(samples, leaf, index, per_key, chains): per key id leaf[n] >= 0, the value "
+     "summed per via chain (by identity), in the samples' order."},
     {"tree_add", tree_add, METH_VARARGS,
      "tree_add(samples, frames_of, frames, children, child, line, columns, inverted): add "
      "samples into a call tree."},

@@ -1,6 +1,6 @@
 """Types of the compiled loops in _native.c (see heapscope.native)."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 def parse_records(text: str, start: int, stop: int, sample_type: type[Any], /
@@ -31,3 +31,16 @@ def unpack_samples(data: bytes, table: tuple[int, ...], values: list[tuple[float
                    sample_type: type[Any], /) -> list[Any]: ...
 def scan_counts(data: bytes, start: int, ids: dict[int, int], texts: list[bytes], /
                 ) -> tuple[int, bytes, bytes, bytes] | None: ...
+def fold_cut(samples: Sequence[Any], codes: list[int],
+             memo: dict[tuple[int, ...], tuple[tuple[int, ...], int, tuple[Any, ...]]],
+             vias: dict[tuple[tuple[int, ...], int], tuple[Any, ...]],
+             via_of: dict[int, tuple[Any, ...]], frames_via: Callable[[int], tuple[Any, ...]],
+             via: Callable[[tuple[int, ...], int, int], tuple[Any, ...]],
+             trims: dict[int, int], sample_type: type[Any], /) -> list[Any]: ...
+def via_sums(samples: Sequence[Any], leaf: list[int], index: int,
+             per_key: dict[int, dict[int, float]], chains: dict[int, tuple[Any, ...]], /
+             ) -> None: ...
+def frames_named(addresses: Iterable[int], locations: dict[int, Any],
+                 wanted: dict[str, list[tuple[int, int]]], /) -> None: ...
+def runs_above(samples: Sequence[Any], leaves: set[int], depth: int, /
+               ) -> list[tuple[int, ...]]: ...

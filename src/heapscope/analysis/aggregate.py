@@ -106,6 +106,8 @@ class KeyTable:
         if not per:
             return ()
         chains = self.chains
+        if len(per) == 1:  # most keys: one chain, no comparison to make
+            return chains[next(iter(per))]
         return chains[max(per.items(), key=lambda kv: (abs(kv[1]), len(chains[kv[0]])))[0]]
 
     def id(self, k: Key) -> int:
@@ -137,9 +139,8 @@ def _accumulate(p: Profile, index: int, granularity: str, table: KeyTable) -> fl
         table.flat[k] += flat[k]
         table.cum[k] += cum[k]
     if any(s.via for s in p.samples):
-        for s, i in zip(p.samples, leaf, strict=True):
-            if i >= 0:
-                table.add_via(i, s.via, s.values[index])
+        # add_via per sample, compiled: the same dicts filled in the same order.
+        core.via_sums(p.samples, leaf, index, table.via, table.chains)
     return total
 
 
@@ -175,8 +176,9 @@ def aggregate(profiles: Iterable[Profile], index: int, granularity: str = "funct
                 table.add_via(stack_ids[0], s.via, v)
             for k in set(stack_ids):
                 cum[k] += v
+    new, heaviest_via = tuple.__new__, table.heaviest_via  # Row(...) without its __new__
     rows = tuple(
-        Row(k, flat[i], cum[i], table.heaviest_via(i))
+        new(Row, (k, flat[i], cum[i], heaviest_via(i)))
         for i, k in enumerate(keys) if flat[i] != 0 or cum[i] != 0
     )
     return Table(rows, total, sample_type, unit)

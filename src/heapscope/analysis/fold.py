@@ -377,8 +377,9 @@ class _Folder:
             if wrapped:
                 # The runs above the leaves that are all wrappers, in the order of the
                 # stacks; a run seen at an earlier level is counted already.
-                runs = dict.fromkeys(s.stack[1:DEPTH + 1] for s in samples
-                                     if s.stack and s.stack[0] in wrapped)
+                runs = core.runs_above(samples, wrapped, DEPTH) if core is not None else \
+                    list(dict.fromkeys(s.stack[1:DEPTH + 1] for s in samples
+                                       if s.stack and s.stack[0] in wrapped))
                 todo_runs += [(n, run) for n, run in enumerate(runs, count)
                               if run and run not in seen]
                 seen.update(runs)
@@ -647,13 +648,16 @@ class _Folder:
         # a frame that inlined some. Every frame of the candidates (of every address, looked
         # at or not), found in one pass.
         frames_at: dict[str, list[tuple[int, int]]] = {name: [] for _, name, _ in cands}
-        locations = self.locations.get
-        for a in self.profile.addresses():
-            loc = locations(a)
-            if loc is not None:
-                for k, f in enumerate(loc.frames):
-                    if f.function in frames_at:
-                        frames_at[f.function].append((a, k))
+        if core is not None:
+            core.frames_named(self.profile.addresses(), self.locations, frames_at)
+        else:
+            locations = self.locations.get
+            for a in self.profile.addresses():
+                loc = locations(a)
+                if loc is not None:
+                    for k, f in enumerate(loc.frames):
+                        if f.function in frames_at:
+                            frames_at[f.function].append((a, k))
         new: list[str] = []
         at = ev.at
         for _, name, n in sorted(cands):
@@ -751,10 +755,10 @@ class _Folder:
                 a: _NONE if (one := info[a][0])[2] or one[0] in found else c
                 for a, c in self.plain.items()})
             codes = core.sites(given, self.candidates, self._candidates)
-            cut_at: Iterable[int] = [n for n, c in enumerate(codes) if c]
-        else:
-            codes = None
-            cut_at = range(len(given))
+            # The loop below, compiled: the same memo, chains and trims, the same objects.
+            samples = core.fold_cut(given, codes, memo, self.vias, self.via_of,
+                                    self._frames_via, self._via, trims, Sample)
+            return self._trimmed(samples, trims)
         samples = list(given)
         memo_get = memo.get
         # Equal chains share one tuple, so reports can count them by identity: one per
@@ -762,19 +766,14 @@ class _Folder:
         vias, vias_get = self.vias, self.vias.get
         via_of_get, frames_via = self.via_of.get, self._frames_via
         new = tuple.__new__  # as Sample(...), without its Python __new__
-        for n in cut_at:
-            s = given[n]
+        for n, s in enumerate(given):
             st = s.stack
             got = memo_get(st)
             if got is None:
                 if not st:
                     got = (st, 0, ())
                 else:
-                    if codes is not None:
-                        code = codes[n]
-                        i, k = code >> 16, code & 0xFFFF
-                    else:
-                        i, k = self._site(st)
+                    i, k = self._site(st)
                     if i or k:
                         key = (st[:i + 1], k)
                         via = vias_get(key)
@@ -791,6 +790,11 @@ class _Folder:
                 trims[cut[0]] = k
             if via or cut is not st:
                 samples[n] = new(Sample, (cut, s.values, s.threads, via))
+        return self._trimmed(samples, trims)
+
+    def _trimmed(self, samples: list[Sample], trims: dict[int, int]) -> Profile:
+        """The folded profile: ``samples``, and each address in ``trims`` without its
+        innermost frames below the site (``trims[address]`` of them)."""
         locations = self.locations
         for a, k in trims.items():
             locations[a] = _trimmed(locations.get(a) or Location(a), k)
