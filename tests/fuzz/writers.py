@@ -7,7 +7,8 @@ heapscope profile in symbolized JSON, the dialects of the seeds), reads it as th
 heapscope's writers: the ``export`` formats, the ``top`` table as text and JSON, the leak
 report (as ``leaks`` prints it and as ``run`` ends with it), the flame graph page, the call
 graph's DOT text, a diff of two dumps, and round trips through the profile.proto and
-symbolized-JSON files read back by heapscope's own readers.
+symbolized-JSON files read back by heapscope's own readers. One target writes nothing: it
+folds and tables the input with heapscope's compiled loops and without (the two must agree).
 
 A target may answer with a one-line :class:`InputError` (a value a format cannot hold, a
 damaged dump). Anything else is a crash, and so is output that is not well formed where that
@@ -32,12 +33,15 @@ import io
 import json
 import math
 import re
+import sys
 import zlib
 from argparse import Namespace
 from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
+import heapscope.analysis.aggregate as aggregate_module
+import heapscope.analysis.fold as fold_module
 import heapscope.analysis.series as series_module
 import heapscope.prepare as prepare_module
 from heapscope.analysis.aggregate import GRANULARITIES
@@ -580,6 +584,56 @@ def _round_trip(data: bytes, scratch: str) -> object:
     return series
 
 
+def _folded(pruned: Profile, knobs: Knobs) -> list[object]:
+    """A pruned profile folded twice with one memo (the second fold reads every stack from
+    it), which samples share a via tuple, the wrappers, and the top table."""
+    memo: dict[Any, Any] = {}
+    out: list[object] = []
+    for again in (False, True):
+        folded = fold_module.fold(pruned, None, memo)
+        samples = folded.profile.samples
+        first: dict[int, int] = {}
+        out += [samples, dict(folded.profile.locations),
+                [first.setdefault(id(s.via), n) for n, s in enumerate(samples)]]
+        # Not again: with every stack in the memo the Python loop classifies fewer
+        # addresses, so fewer named wrappers are met (the compiled one meets them all).
+        out += [] if again else [folded.wrappers.as_list()]
+        table = aggregate_module.aggregate([folded.profile], SAMPLE_INDEX[knobs.sample],
+                                           knobs.granularity)
+        out += [table.total, aggregate_module.sort_rows(table, knobs.cum)]
+    return out
+
+
+def _exactly_equal(a: object, b: object) -> bool:
+    """Equal, or written out the same (a NaN is not equal to itself; huge integers need the
+    limit of repr lifted)."""
+    if a == b:
+        return True
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return repr(a) == repr(b)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
+def _fold_compiled(data: bytes, scratch: str) -> object:
+    """The compiled loops of the fold and the top table (heapscope._native) against the
+    Python ones, on the same pruned profile: both must give the same."""
+    knobs = Knobs(data)
+    pruned = prepared(data, scratch, knobs, fold=False)
+    compiled = _folded(pruned, knobs)
+    saved = fold_module.core, aggregate_module.core
+    fold_module.core = aggregate_module.core = None
+    try:
+        python = _folded(pruned, knobs)
+    finally:
+        fold_module.core, aggregate_module.core = saved
+    if not _exactly_equal(compiled, python):
+        raise AssertionError(f"compiled fold {compiled!r:.300} != Python {python!r:.300}")
+    return compiled
+
+
 def _dump_seeds() -> list[bytes]:
     return [p.read_bytes() for p in _dump_files()]
 
@@ -618,4 +672,5 @@ WRITERS = (
     Target("graph-dot", _graph, _ALLOWED, _seeds),
     Target("diff", _diff, _ALLOWED, _pair_seeds),
     Target("round-trip", _round_trip, _ALLOWED, _seeds),
+    Target("fold-compiled", _fold_compiled, _ALLOWED, _seeds),
 )

@@ -23,7 +23,7 @@ from heapscope.analysis.aggregate import sort_rows
 from heapscope.errors import InputError
 from heapscope.formats import cache, jemalloc, scan
 from heapscope.formats.jemalloc import parse_heap_v2, parse_heap_v2_text
-from heapscope.model import Profile, Sample
+from heapscope.model import Profile, Sample, ViaFrame
 from tests.unit.builders import Builder
 
 DATA = Path(__file__).parent.parent / "data" / "dumps"
@@ -176,6 +176,64 @@ def test_passes_give_the_same_with_and_without_the_compiled_loops(seed: int) -> 
         _python_only(mp)
         reference = list(_passes(_profile(random.Random(seed))))
     assert compiled == reference
+
+
+def _via_sharing(samples: tuple[Sample, ...]) -> list[int]:
+    """Per sample, the index of the first sample holding the same via tuple (reports count
+    chains by identity, so which samples share one is part of a fold's answer)."""
+    first: dict[int, int] = {}
+    return [first.setdefault(id(s.via), n) for n, s in enumerate(samples)]
+
+
+def _folds(p: Profile) -> Iterator[object]:
+    """Folding twice with one memo (the second fold reads every stack from it), which samples
+    share via tuples, and the top table's rows with the sample whose chain each row shows
+    (the chain most of its value went through, summed per chain by identity)."""
+    memo: dict[tuple[int, ...], tuple[tuple[int, ...], int, tuple[ViaFrame, ...]]] = {}
+    pruned = prune.prune(p)
+    for _ in range(2):
+        folded = fold.fold(pruned, None, memo)
+        samples = folded.profile.samples
+        yield samples, dict(folded.profile.locations), _via_sharing(samples)
+        holder = {id(s.via): n for n, s in reversed(list(enumerate(samples)))}
+        for granularity in ("functions", "lines"):
+            for index in range(4):
+                rows = sort_rows(aggregate.aggregate([folded.profile], index, granularity))
+                yield [(r, holder.get(id(r.via), -1) if r.via else -1) for r in rows]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32))
+def test_the_compiled_cut_and_via_sums_give_what_python_gives(seed: int) -> None:
+    compiled = list(_folds(_profile(random.Random(seed))))
+    with pytest.MonkeyPatch.context() as mp:
+        _python_only(mp)
+        reference = list(_folds(_profile(random.Random(seed))))
+    assert compiled == reference
+
+
+def test_a_thin_wrapper_is_cut_off_with_one_chain_per_leaf_and_caller() -> None:
+    # wrap (one call site, three callers) is a wrapper: each stack is cut to its caller, the
+    # chain is wrap's frame; stacks with the same leaf and caller share one chain tuple.
+    b = Builder()
+    samples = [b.sample("wrap@w.c:3", caller, "main@m.c:1", values=(1, v, 1, v))
+               for caller, v in (("parse@p.c:40", 10), ("handle@h.c:9", 20),
+                                 ("helper@m.c:20", 40), ("parse@p.c:40", 80))]
+    samples[3] = b.sample("wrap@w.c:3", "parse@p.c:40", "main@m.c:2", values=(1, 80, 1, 80))
+    p = b.profile(*samples)
+    folded = fold.fold(p)
+    got = folded.profile.samples
+    assert [s.stack for s in got] == [tuple(s.stack[1:]) for s in samples]
+    assert all([f.function for f in s.via] == ["wrap"] for s in got)
+    # Leaf and caller alike (samples 0 and 3): one tuple; the others each their own.
+    assert _via_sharing(got) == [0, 1, 2, 0]
+    assert folded.wrappers.found == {"wrap": 3}
+    table = aggregate.KeyTable()
+    aggregate._accumulate(folded.profile, 1, "functions", table)
+    parse = table.ids[aggregate.Key("parse", "p.c", 0, "app")]
+    # parse's flat value through its one chain: 10 + 80 by hand.
+    assert list(table.via[parse].values()) == [90.0]
+    assert table.heaviest_via(parse) is got[0].via
 
 
 # ------------------------------------------------------------------- ELF symbol tables
