@@ -35,7 +35,7 @@ STAGES = (
     ("store", "storing the prepared profile"),
     ("aggregate", "aggregation (build_table)"),
     ("render", "rendering"),
-    ("hints", "debug-info hints (asks dpkg who owns files)"),
+    ("hints", "debug-info hints (dpkg asked while folding)"),
     ("other", "the rest of main()"),
 )
 

@@ -129,12 +129,15 @@ def prepare(
     progress: ProgressFn | None = None,
     frames: FramePolicy | None = None,
     reuse: bool = True,
+    symbolized: Callable[[tuple[Diagnostic, ...]], None] | None = None,
 ) -> Prepared:
     """Load one dump and return it unsampled, symbolized, with allocator frames pruned and
     (unless ``frames`` says raw) each stack folded to its site.
 
     With ``reuse`` and a cache directory, a result computed before from the same dump,
     options and files is read back instead (:mod:`heapscope.reuse`), and a new one stored.
+    ``symbolized`` is given what the symbolizer said as soon as it is said (not for a
+    result read back), so the caller can act on it while the stacks are pruned and folded.
     """
     ident = None
     if reuse and options.cache_dir is not None:
@@ -157,6 +160,8 @@ def prepare(
         depends: tuple[tuple[str, Stamp], ...] | None = ()
     else:
         result = symbolize(estimated, options, progress)
+        if symbolized is not None:
+            symbolized(result.diagnostics)
         if progress is not None:
             progress(f"removing allocator frames from {name}", 0, 0)
         folded = fold(prune(result.profile), frames)

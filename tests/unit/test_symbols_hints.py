@@ -268,16 +268,24 @@ def test_real_dpkg_answer_is_kept_in_the_cache_folder(
     assert cached_owners(cache)([LIBZ]) == expected
 
 
-def test_print_debug_hints_uses_the_commands_cache_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cache, status, owned, _ = owner_files(tmp_path)
+def on_bookworm(monkeypatch: pytest.MonkeyPatch, cache: str, status: str, owned: str
+                ) -> Asker:
+    """A Debian 12 system where dpkg says ``owned`` is zlib1g's, the command's cache folder
+    ``cache``; returns the fake dpkg-query, which records what it was asked."""
     dpkg = Asker({owned: "zlib1g"})
     monkeypatch.setattr(hints_module, "_dpkg_query", dpkg)
     monkeypatch.setattr(hints_module, "DPKG_STATUS", status)
     monkeypatch.setattr(hints_module, "os_release",
                         lambda: {"ID": "debian", "VERSION_CODENAME": "bookworm"})
     monkeypatch.setattr(common, "_hint_cache", cache)
+    return dpkg
+
+
+def test_print_debug_hints_uses_the_commands_cache_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, status, owned, _ = owner_files(tmp_path)
+    dpkg = on_bookworm(monkeypatch, cache, status, owned)
     diags = [Diagnostic("libowned.so", "info", NO_DEBUG_INFO, path=owned, share=0.5)]
     for _ in range(2):
         monkeypatch.setattr(common, "_hinted", set())  # two commands
@@ -287,3 +295,32 @@ def test_print_debug_hints_uses_the_commands_cache_folder(
                      "zlib1g-dbgsym (from 'deb http://deb.debian.org/debian-debug "
                      "bookworm-debug main'), or pass --debug-dir DIR with its debug file"] * 2
     assert dpkg.asked == [[owned]]
+
+
+def test_hints_asked_for_ahead_are_the_ones_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # start_debug_hints asks dpkg while the dump is folded; print_debug_hints then prints
+    # that answer: one question, the same line as when asked then.
+    cache, status, owned, unowned = owner_files(tmp_path)
+    dpkg = on_bookworm(monkeypatch, cache, status, owned)
+    monkeypatch.setattr(common, "_early", None)
+    owned_note = Diagnostic("libowned.so", "info", NO_DEBUG_INFO, path=owned, share=0.5)
+    # Below HINT_SHARE: never hinted about, so never asked about either.
+    small = Diagnostic("libmine.so", "info", NO_DEBUG_INFO, path=unowned, share=0.001)
+    common.start_debug_hints((owned_note, small))
+    common.print_debug_hints([owned_note, small])
+    line = ("heapscope: hint: libowned.so: no debug info; to get names, install zlib1g-dbgsym "
+            "(from 'deb http://deb.debian.org/debian-debug bookworm-debug main'), or pass "
+            "--debug-dir DIR with its debug file")
+    assert hint_lines(capsys.readouterr().err) == [line]
+    assert dpkg.asked == [[owned]]
+    assert common._early is None  # used once
+    # Asked ahead for other modules than those printed: that answer is not used.
+    monkeypatch.setattr(common, "_hinted", set())
+    monkeypatch.setattr(common, "_hint_cache", None)
+    other = small._replace(share=0.5)
+    common.start_debug_hints((other,))
+    common.print_debug_hints([owned_note])
+    assert hint_lines(capsys.readouterr().err) == [line]
+    assert sorted(dpkg.asked[1:]) == sorted([[owned], [unowned]])

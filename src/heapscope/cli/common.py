@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import threading
 from collections.abc import Mapping as MappingT
 
 from heapscope.analysis.aggregate import GRANULARITIES
@@ -259,15 +261,8 @@ _hinted: set[str] = set()  # module files hinted about by this command (once eac
 _hint_cache: str | None = None
 
 
-def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
-                      owners: Owners | None = None) -> None:
-    """Say once per command, one line per module, how to get the debug info of each module
-    that had none and is on the stacks of at least :data:`HINT_SHARE` of a dump's bytes
-    (allocator modules aside: their frames are pruned anyway).
-
-    The package owning each file is asked for all modules at once (one ``dpkg-query``),
-    unless the cache folder has the answer for that very file already.
-    """
+def _wanted_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic]) -> list[Missing]:
+    """The modules :func:`print_debug_hints` would hint about now."""
     share: dict[str, float] = {}
     missing: dict[str, Missing] = {}
     for d in diags:
@@ -276,10 +271,56 @@ def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
         if d.path and d.path not in _hinted and not is_allocator_module(d.module):
             share[d.path] = max(share.get(d.path, 0.0), d.share)
             missing.setdefault(d.path, Missing(d.module, d.path, d.build_id))
-    wanted = [m for path, m in missing.items() if share[path] >= HINT_SHARE]
+    return [m for path, m in missing.items() if share[path] >= HINT_SHARE]
+
+
+# The hints asked for ahead (start_debug_hints): for which modules, the thread, its answer.
+_early: tuple[list[Missing], threading.Thread, dict[str, dict[str, str]]] | None = None
+
+
+def start_debug_hints(diags: tuple[Diagnostic, ...]) -> None:
+    """Find the hints :func:`print_debug_hints` will print for ``diags`` in a thread: the
+    package query (a process of ~50 ms on a cold cache) runs while the dump is pruned and
+    folded, not after."""
+    global _early
+    wanted = _wanted_hints(diags)
     if not wanted:
         return
-    found = debug_hints(wanted, cached_owners(_hint_cache) if owners is None else owners)
+    answer: dict[str, dict[str, str]] = {}
+
+    def ask() -> None:
+        # Any failure is met again when print_debug_hints asks itself.
+        with contextlib.suppress(Exception):
+            answer["found"] = debug_hints(wanted, cached_owners(_hint_cache))
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    _early = (wanted, thread, answer)
+
+
+def print_debug_hints(diags: tuple[Diagnostic, ...] | list[Diagnostic],
+                      owners: Owners | None = None) -> None:
+    """Say once per command, one line per module, how to get the debug info of each module
+    that had none and is on the stacks of at least :data:`HINT_SHARE` of a dump's bytes
+    (allocator modules aside: their frames are pruned anyway).
+
+    The package owning each file is asked for all modules at once (one ``dpkg-query``),
+    unless the cache folder has the answer for that very file already, or
+    :func:`start_debug_hints` asked for the same modules.
+    """
+    global _early
+    wanted = _wanted_hints(diags)
+    found = None
+    if _early is not None:
+        # Joined even when not used: no thread outlives the command's last hint.
+        _early[1].join()
+        if owners is None and _early[0] == wanted:
+            found = _early[2].get("found")
+        _early = None
+    if not wanted:
+        return
+    if found is None:
+        found = debug_hints(wanted, cached_owners(_hint_cache) if owners is None else owners)
     for m in wanted:
         _hinted.add(m.path)
         print(f"heapscope: {clean(found[m.path])}", file=sys.stderr)
@@ -318,12 +359,16 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
     diagnostics: list[Diagnostic] = []
     # Read one by one: the display counts the dumps beside the steps inside each one.
     counted = progress if len(paths) > 1 else None
+    # Debug-info hints once for all the dumps (one package query); not beside JSON output.
+    # For one dump they are asked for as soon as it is symbolized.
+    hints = not getattr(args, "quiet", False) and getattr(args, "format", None) != "json"
+    early = start_debug_hints if hints and len(paths) == 1 else None
     for k, path in enumerate(paths):
         if counted is not None:
             counted(DUMPS_READ, k, len(paths))
         try:
             prep = prepare(path, opts, threads=threads or bool(thread), progress=progress,
-                           frames=policy, reuse=reuse)
+                           frames=policy, reuse=reuse, symbolized=early)
         except InputError as e:
             if len(paths) == 1:
                 raise
@@ -351,8 +396,7 @@ def load_profiles(paths: list[str], args: argparse.Namespace, progress: Progress
         counted(DUMPS_READ, len(paths), len(paths))
     if failed and not out:
         raise failed[0]
-    # Debug-info hints once for all the dumps (one package query); not beside JSON output.
-    if not getattr(args, "quiet", False) and getattr(args, "format", None) != "json":
+    if hints:
         print_debug_hints(diagnostics)
     if args.verbose and wrappers.describe():
         print(f"heapscope: {clean(wrappers.describe())}", file=sys.stderr)
