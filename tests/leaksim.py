@@ -17,6 +17,7 @@ table made at start); its truth label says what a correct leak finder calls it.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -291,6 +292,18 @@ def write_series(folder: Path, pid: int, sites: dict[int, Series], run: int,
         path.write_text("\n".join(lines) + "\n")
         paths.append(path)
     return paths
+
+
+def write_counts(folder: Path, pid: int, counts: dict[int, list[int]], size: int = 4096,
+                 period: int = 4096) -> list[str]:
+    """Dumps of one process whose one-frame stacks (code offsets) hold exactly ``counts``
+    sampled objects of ``size`` bytes at each dump, written a minute apart (mtimes from
+    2027-01-15), as :func:`write_series` writes them."""
+    sites = {off: Series(np.asarray([c]), size, period, False) for off, c in counts.items()}
+    paths = write_series(folder, pid, sites, 0)
+    for i, p in enumerate(paths):
+        os.utime(p, (1_800_000_000 + 60 * i, 1_800_000_000 + 60 * i))
+    return [str(p) for p in paths]
 
 
 # --------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,7 @@ SAMPLE_BYTES = 4096 / (1 - np.exp(-1.0))
 
 
 def _write(folder: Path) -> list[str]:
-    sites = {off: ls.Series(np.asarray([c]), 4096, 4096, False) for off, c in SERIES.items()}
-    paths = ls.write_series(folder, 4242, sites, 0)
-    for i, p in enumerate(paths):
-        os.utime(p, (1_800_000_000 + 60 * i, 1_800_000_000 + 60 * i))
-    return [str(p) for p in paths]
+    return ls.write_counts(folder, 4242, SERIES)
 
 
 @pytest.fixture

@@ -22,8 +22,9 @@ def test_rows_together_give_each_row_its_own_numbers() -> None:
         s_p2, s_t2 = variogram(c)
         for i in range(c.shape[0]):
             one_p2, one_t2 = variogram(c[i:i + 1])
-            assert one_p2[0] == s_p2[i] or (np.isnan(one_p2[0]) and np.isnan(s_p2[i]))
-            assert one_t2[0] == s_t2[i] or (np.isnan(one_t2[0]) and np.isnan(s_t2[i]))
+            # exact equality (NaN where both are NaN)
+            np.testing.assert_array_equal(one_p2, s_p2[i:i + 1])
+            np.testing.assert_array_equal(one_t2, s_t2[i:i + 1])
 
 
 def test_a_poisson_walk_is_persistent_noise() -> None:

@@ -237,7 +237,9 @@ def name_stacks(pid: int | None, table: list[tuple[int, ...]], dumps: list[DumpC
     else:
         named, said = namer(union)
         diagnostics.extend(said)
-        locations = MappingProxyType(dict(named))
+        # A read-only mapping is taken as it is (the namers make theirs for this call).
+        locations = named if isinstance(named, MappingProxyType) else \
+            MappingProxyType(dict(named))
     union = alias_modules(union.with_(locations=locations), aliases or {})
     folded = fold(prune(union), frames)
     pruned = folded.profile

@@ -19,7 +19,6 @@ only the symbolizer's diagnostics differ: the window keeps each one said since i
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Mapping as MappingT
 from types import MappingProxyType
@@ -37,6 +36,7 @@ from heapscope.analysis.series import (
 )
 from heapscope.errors import InputError
 from heapscope.formats.scan import DumpCounts, Scanner
+from heapscope.formats.scancache import identity
 from heapscope.model import Location, Profile, Sample
 from heapscope.symbols import Diagnostic, SymbolOptions, symbolize
 
@@ -65,8 +65,9 @@ class Window:
         self.said: dict[Diagnostic, None] = {}  # every diagnostic so far, in order, once
         self.naming: Naming | None = None
         self.renamed = 0  # rounds that had to name the sites again (for benches and tests)
-        # Dumps that could not be read: why, and the file's (size, mtime) then.
-        self.refused: dict[str, tuple[str, tuple[int, int] | None]] = {}
+        # Dumps that could not be read: why, and the file's identity then (see
+        # heapscope.formats.scancache.identity).
+        self.refused: dict[str, tuple[str, tuple[str, int, int, int] | None]] = {}
         self.compacted = 0  # times the table was rebuilt without stacks gone from the window
 
 
@@ -77,7 +78,7 @@ class Window:
         try:
             counts, _ = self.scanner.read(path)
         except InputError as e:
-            self.refused[path] = (str(e), _stamp(path))
+            self.refused[path] = (str(e), identity(path))
             raise
         self.refused.pop(path, None)
         self.dumps.append(counts)
@@ -88,7 +89,7 @@ class Window:
         """True when ``path`` could not be read and has not changed since (a dump that was
         still being written is read again once it has grown)."""
         got = self.refused.get(path)
-        return got is not None and got[1] == _stamp(path)
+        return got is not None and got[1] == identity(path)
 
     def drop(self, path: str) -> None:
         """Forget the dump read from ``path`` (deleted by a disk budget, say)."""
@@ -129,7 +130,7 @@ class Window:
             try:
                 kept.append(self.scanner.read(d.path)[0])
             except InputError as e:  # gone or changed since: the window goes on without it
-                self.refused[d.path] = (str(e), _stamp(d.path))
+                self.refused[d.path] = (str(e), identity(d.path))
         self.dumps = kept
         live = set().union(*self.scanner.table.stacks)
         self.locations = {a: loc for a, loc in self.locations.items() if a in live}
@@ -153,13 +154,5 @@ class Window:
             known.update(sym.profile.locations)
             for d in sym.diagnostics:
                 self.said.setdefault(d, None)
-        return {a: known[a] for a in addresses if a in known}, list(self.said)
+        return MappingProxyType({a: known[a] for a in addresses if a in known}), list(self.said)
 
-
-def _stamp(path: str) -> tuple[int, int] | None:
-    """A file's (size, mtime in ns), or None when it cannot be stat'ed."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
