@@ -93,6 +93,40 @@ def test_the_leaking_caller_is_the_site_via_mem_alloc(memalloc: tuple[sc.Session
     assert not any(r["name"] == "mem_alloc" for r in rows), rows
 
 
+# ---------------------------------------------------------------------------- callers in the code
+# By hand from sites/codecallers.c: 2,000 x 512 bytes and 2,000 x 256 bytes (size classes).
+NAMES_BYTES, ROWS_BYTES = 2000 * 512, 2000 * 256
+
+
+@pytest.mark.parametrize("level", ["-O1", "-O2"])
+def test_a_helper_with_one_caller_at_run_time_folds_by_its_callers_in_the_code(
+        tmp_path: Path, gcc: Path, libjemalloc: Path, level: str) -> None:
+    source = SITES / "codecallers.c"
+    je.build([source], tmp_path / "codecallers", (level, "-g"), compiler=gcc)
+    cache = tmp_path / "cache"
+    s = sc.run([tmp_path / "codecallers"], tmp_path / "session", cache, cwd=tmp_path,
+               options=("-v",))
+    assert s.proc.returncode == 0, s.describe()
+    by_function = {x["function"]: x for x in s.suspects()}
+    names = by_function["keep_names"]
+    assert names["line"] == je.source_line(source, "names"), names
+    assert [v["function"] for v in names["via"]] == ["xmalloc", "buf_reserve"], names
+    assert abs(names["bytes"] - NAMES_BYTES) <= sc.TOLERANCE * NAMES_BYTES, names
+    assert "buf_reserve" not in by_function, s.describe()
+    assert "buf_reserve (1 caller here, 4 in the program's code)" in s.proc.stderr
+    assert {"function": "buf_reserve", "why": "profile", "callers": 1,
+            "callers_in_code": 4} in s.report["wrappers"]
+    # fill_table calls malloc itself: it keeps its memory as far as a dump can tell, and
+    # stays the site (its one caller is the next line of its stack).
+    rows = by_function["fill_table"]
+    assert (rows["line"], rows["via"]) == (je.source_line(source, "rows"), []), rows
+    assert rows["stack"][1].startswith("load_rows "), rows
+    assert abs(rows["bytes"] - ROWS_BYTES) <= sc.TOLERANCE * ROWS_BYTES, rows
+    # top of the session, read again: the same names.
+    top = [r["name"] for r in sc.top_rows(s.path, cache) if r["flat"] > 0]
+    assert top[:2] == ["keep_names", "fill_table"], top
+
+
 # ---------------------------------------------------------------------------- Redis
 
 
@@ -104,8 +138,9 @@ def _redis() -> Path | None:
     return Path(found) if found else None
 
 
-def _grow_keyspace(port: int) -> None:
-    """SET 120,000 keys that stay in six waves, with as many that come and go."""
+def _grow_keyspace(port: int, value: int, churn: bool) -> None:
+    """SET 120,000 keys that stay (values of ``value`` bytes) in six waves, with (``churn``)
+    as many that come and go."""
     for _ in range(200):
         try:
             conn = socket.create_connection(("127.0.0.1", port), timeout=60)
@@ -123,19 +158,28 @@ def _grow_keyspace(port: int) -> None:
     n = 0
     for _wave in range(6):
         for i in range(20000):
-            send(b"SET", b"user:%d" % n, b"v" * 100)
-            send(b"SET", b"tmp:%d" % i, b"t" * 100)
+            send(b"SET", b"user:%d" % n, b"v" * value)
+            if churn:
+                send(b"SET", b"tmp:%d" % i, b"t" * value)
             n += 1
-        for i in range(20000):
-            send(b"DEL", b"tmp:%d" % i)
-        for _ in range(60000):
+        if churn:
+            for i in range(20000):
+                send(b"DEL", b"tmp:%d" % i)
+        for _ in range(60000 if churn else 20000):
             replies.readline()
         time.sleep(0.4)
     send(b"SHUTDOWN", b"NOSAVE")
     conn.close()
 
 
-def test_redis_keyspace_is_named_at_its_callers(tmp_path: Path, libjemalloc: Path) -> None:
+# 100-byte values with keys that come and go (sds strings made by several callers), and
+# 40-byte values set alone (redis-benchmark's shape: values embedded in their objects, the
+# keys' strings made by dbAdd through sdsdup's tail call). Whether a dump also shows
+# _sdsnewlen's other callers depends on which of the server's start-up strings were
+# sampled; its callers in the program's code (symbols/callsites.py) fold it either way.
+@pytest.mark.parametrize(("value", "churn"), [(100, True), (40, False)])
+def test_redis_keyspace_is_named_at_its_callers(tmp_path: Path, libjemalloc: Path,
+                                                value: int, churn: bool) -> None:
     server = _redis()
     if server is None:
         pytest.skip("redis-server not found: unpack Debian's redis-tools into build/redis "
@@ -143,7 +187,7 @@ def test_redis_keyspace_is_named_at_its_callers(tmp_path: Path, libjemalloc: Pat
     libs = server.parents[1] / "lib" / "x86_64-linux-gnu"
     env = {"LD_LIBRARY_PATH": str(libs)} if libs.is_dir() else {}
     port = 20000 + os.getpid() % 20000
-    client = threading.Thread(target=_grow_keyspace, args=(port,), daemon=True)
+    client = threading.Thread(target=_grow_keyspace, args=(port, value, churn), daemon=True)
     client.start()
     session = tmp_path / "s"
     p = je.run_heapscope("run", "-o", str(session), "--sample", "16k", "--every", "0.5",

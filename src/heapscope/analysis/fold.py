@@ -64,7 +64,7 @@ from heapscope.analysis.ownership import PROCESS_MODULE, main_image
 from heapscope.errors import UsageError
 from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
 from heapscope.native import core
-from heapscope.symbols.elf import search_path
+from heapscope.symbols.elf import ElfError, ElfInfo, search_path
 
 # An address's site candidates (see _Folder._candidates) when it holds one frame.
 _NONE, _OWN, _JNI, _DEPENDENCY, _PLAIN = (-1, -1, -1, -1), (0, -1, -1, -1), (-1, 0, -1, 0), \
@@ -75,6 +75,7 @@ RAW = "raw"
 WRAPPER = "wrapper"
 WRAPPER_CALLERS = 3  # distinct calling functions that make a thin allocating leaf a wrapper
 CONSTRUCTOR_CALLERS = 2  # ... when it is the program's own code
+CODE_CALLERS = 3  # ... or functions of the program's code calling it directly (callsites)
 LEVELS = 4  # helpers over wrappers found from the profile, found one level at a time
 DEPTH = 8  # addresses searched for a stack's first frame that is not a wrapper
 
@@ -131,13 +132,15 @@ class FramePolicy(NamedTuple):
 class Wrappers:
     """The functions a fold treated as allocation wrappers, and why."""
 
-    __slots__ = ("found", "named", "series", "user")
+    __slots__ = ("found", "in_code", "named", "series", "user")
 
     def __init__(self) -> None:
         self.named: set[str] = set()  # a well-known wrapper's name
         self.user: set[str] = set()  # matched --alloc-fn
         self.series: set[str] = set()  # found over the whole series (FramePolicy.known)
         self.found: dict[str, int] = {}  # from the profile: -> callers
+        # ... of which those with too few callers in the profile: -> callers in the code
+        self.in_code: dict[str, int] = {}
 
     def as_list(self) -> list[dict[str, object]]:
         """JSON-ready: one entry per wrapper folded, with the reason."""
@@ -147,7 +150,9 @@ class Wrappers:
         out += [{"function": f, "why": "series"} for f in sorted(self.series - self.found.keys())]
         for f, n in sorted(self.found.items()):
             entry: dict[str, object] = {"function": f, "why": "profile", "callers": n}
-            if _by_name(f, n):
+            if f in self.in_code:
+                entry["callers_in_code"] = self.in_code[f]
+            elif _by_name(f, n):
                 entry["constructor"] = True
             out.append(entry)
         return out
@@ -158,7 +163,11 @@ class Wrappers:
         parts += [f"{f} (over the series)" for f in sorted(self.series - self.found.keys())]
         for f, n in sorted(self.found.items()):
             why = f"{n} caller{'s' if n != 1 else ''}"
-            parts.append(f"{f} ({why}, constructor name)" if _by_name(f, n) else f"{f} ({why})")
+            if f in self.in_code:
+                why += f" here, {self.in_code[f]} in the program's code"
+            elif _by_name(f, n):
+                why += ", constructor name"
+            parts.append(f"{f} ({why})")
         return "folded as allocation wrappers: " + ", ".join(parts) if parts else ""
 
     def update(self, other: Wrappers) -> None:
@@ -168,6 +177,17 @@ class Wrappers:
         self.series |= other.series
         for f, n in other.found.items():
             self.found[f] = max(n, self.found.get(f, 0))
+        for f, n in other.in_code.items():
+            self.in_code[f] = max(n, self.in_code.get(f, 0))
+
+
+def _same_file(path: str, build_id: str) -> bool:
+    """Whether ``path`` is an ELF file with the build-id ``build_id`` (any, when the dump
+    recorded none: the dump's own machine, as the symbolizer assumes)."""
+    try:
+        return ElfInfo.read(path).build_id == build_id if build_id else os.path.isfile(path)
+    except ElfError:
+        return False
 
 
 def _by_name(function: str, callers: int) -> bool:
@@ -286,6 +306,7 @@ class _Folder:
         self.headed: dict[str, list[int]] = {}  # function -> addresses it is the first of
         self.candidates: dict[int, tuple[int, int, int, int]] = {}
         self.via_of: dict[int, tuple[ViaFrame, ...]] = {}
+        self.module_ok: dict[str, bool] = {}  # see _code_callers
         self.vias: dict[tuple[tuple[int, ...], int], tuple[ViaFrame, ...]] = {}  # see fold
 
     def _vetoed(self, name: str) -> bool:
@@ -628,6 +649,7 @@ class _Folder:
         # A wrapper calls the allocator (or a wrapper) from one place, for many callers;
         # the program's own code needs fewer callers, or none but its name.
         cands: list[tuple[int, str, int]] = []
+        in_code: list[tuple[int, str, int]] = []
         callers, sites, kinds, not_by_name = ev.callers, ev.sites, ev.kinds, ev.not_by_name
         vetoed = self._vetoed if self.not_alloc_fn else None
         for name in ev.changed:
@@ -641,13 +663,17 @@ class _Folder:
                     n >= CONSTRUCTOR_CALLERS
                     or (name not in not_by_name and is_constructor_name(name)))):
                 cands.append((first, name, n))
+            elif kind == OWN and name not in not_by_name:
+                # One caller here, but maybe many in the program: asked of its code below.
+                in_code.append((first, name, n))
         ev.changed.clear()
-        if not cands:
+        if not cands and not in_code:
             return []
         # ... and is never anything but a head: not a caller of other allocating code, nor
         # a frame that inlined some. Every frame of the candidates (of every address, looked
         # at or not), found in one pass.
-        frames_at: dict[str, list[tuple[int, int]]] = {name: [] for _, name, _ in cands}
+        frames_at: dict[str, list[tuple[int, int]]] = {
+            name: [] for _, name, _ in itertools.chain(cands, in_code)}
         if core is not None:
             core.frames_named(self.profile.addresses(), self.locations, frames_at)
         else:
@@ -658,6 +684,11 @@ class _Folder:
                     for k, f in enumerate(loc.frames):
                         if f.function in frames_at:
                             frames_at[f.function].append((a, k))
+        for first, name, n in in_code:
+            got = self._code_callers(name, frames_at[name])
+            if got >= CODE_CALLERS:
+                self.wrappers.in_code[name] = got
+                cands.append((first, name, n))
         new: list[str] = []
         at = ev.at
         for _, name, n in sorted(cands):
@@ -666,6 +697,30 @@ class _Folder:
                 self.wrappers.found[name] = n
                 new.append(name)
         return new
+
+    def _code_callers(self, name: str, frames: list[tuple[int, int]]) -> int:
+        """How many functions of its module's code call ``name`` directly (0: unknown): the
+        module is the file the dump names, when it is still there with the build-id the dump
+        recorded (a file that changed since, or another machine's, says nothing)."""
+        for a, k in frames:
+            loc = self.locations.get(a)
+            if loc is None or loc.mapping is None or k >= len(loc.frames):
+                continue
+            frame = loc.frames[k]
+            if frame.inlined or k != len(loc.frames) - 1:
+                continue  # the real function of the address: its symbol is what is called
+            path = loc.mapping.path
+            if loc.mapping.deleted or not path.startswith("/"):
+                return 0
+            if self.module_ok.get(path) is None:
+                self.module_ok[path] = _same_file(path, loc.mapping.build_id)
+            if not self.module_ok[path]:
+                return 0
+            # Imported here: it loads numpy, which `heapscope top` mostly does without.
+            from heapscope.symbols.callsites import caller_counts
+
+            return caller_counts(path).get(frame.system_name or frame.function)
+        return 0
 
     def _candidates(self, a: int) -> tuple[int, int, int, int]:
         """Frame indexes in address ``a`` of its first own, JNI entry, dependency and any

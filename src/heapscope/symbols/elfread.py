@@ -102,9 +102,10 @@ class ElfHeaders:
         raw = self._read(16, size)
         if len(raw) < size:
             raise ElfError(f"{path}: corrupt ELF file (truncated ELF header)")
-        (e_type, _machine, _version, _entry, phoff, shoff, _flags, _ehsize,
+        (e_type, machine, _version, _entry, phoff, shoff, _flags, _ehsize,
          phentsize, phnum, shentsize, shnum, shstrndx) = struct.unpack(fmt, raw)
         self.e_type_value: int = e_type
+        self.machine: int = machine  # e_machine (62: x86-64)
         self.sections_truncated = False
         self.sections = self._read_sections(shoff, shentsize, shnum, shstrndx)
         self._ph = (phoff, phentsize, phnum, shoff)

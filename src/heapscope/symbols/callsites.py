@@ -1,0 +1,115 @@
+"""How many functions of a program call a function directly: evidence read from its code.
+
+A dump shows only the callers that still hold memory; a helper such as Redis's
+``_sdsnewlen`` may have one caller in a profile (``dbAdd``, under a SET-only load) and a dozen
+in the program. This module counts, for x86-64 ELF files, the distinct functions whose code
+holds a ``call rel32`` (``E8``) or ``jmp rel32`` (``E9``, a tail call) aimed at a function's
+first byte. The executable segments are scanned as bytes, not disassembled: a stray ``E8``
+byte inside another instruction names a random target, and landing exactly on a function's
+start by chance is rare enough to be noise next to the counts that matter (it can only add
+a caller). Calls through the PLT, through pointers, or from other modules are not counted:
+the count is a lower bound of the program's direct callers. Other architectures give no
+evidence (an empty answer), never a guess.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from heapscope.symbols.elfread import ElfError, ElfHeaders
+from heapscope.symbols.symtab import SymbolTable
+
+EM_X86_64 = 62
+PT_LOAD = 1
+PF_X = 1
+_CACHED = 8  # files whose counts are kept (a run folds each dump of the same program)
+
+
+class CallerCounts:
+    """Direct callers of each function of one ELF file, by the function's symbol name."""
+
+    def __init__(self, by_name: dict[str, int]) -> None:
+        self._by_name = by_name
+
+    def get(self, name: str) -> int:
+        """The number of distinct functions calling or tail-calling ``name`` (0: unknown)."""
+        return self._by_name.get(name, 0)
+
+
+_lock = threading.Lock()
+_cache: dict[tuple[str, int, int, int], CallerCounts] = {}
+
+
+def caller_counts(path: str) -> CallerCounts:
+    """The counts for the ELF file at ``path``, kept while its size and mtime are unchanged;
+    empty for a file that is not a readable x86-64 ELF file or has no function symbols."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return CallerCounts({})
+    key = (path, st.st_dev, st.st_ino, st.st_mtime_ns)
+    with _lock:
+        got = _cache.get(key)
+    if got is not None:
+        return got
+    got = CallerCounts(_count(path))
+    with _lock:
+        if len(_cache) >= _CACHED:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = got
+    return got
+
+
+def _count(path: str) -> dict[str, int]:
+    try:
+        with ElfHeaders.open(path) as elf:
+            if not elf.elf64 or not elf.little or elf.machine != EM_X86_64:
+                return {}
+            code = [(seg.p_vaddr, elf.segment_data(seg)) for seg in elf.segments
+                    if seg.p_type == PT_LOAD and seg.p_flags & PF_X and seg.p_filesz > 0]
+        functions = SymbolTable.read(path).functions()
+    except (ElfError, OSError):
+        return {}
+    if not functions or not code:
+        return {}
+    starts = np.array([f[0] for f in functions], dtype=np.int64)
+    ends = np.array([f[1] for f in functions], dtype=np.int64)
+    pairs = []
+    for vaddr, data in code:
+        pairs.append(_calls(np.frombuffer(data, dtype=np.uint8), vaddr, starts, ends))
+    both = np.concatenate(pairs, axis=1) if pairs else np.zeros((2, 0), dtype=np.int64)
+    if both.shape[1] == 0:
+        return {}
+    # Distinct (caller, callee) pairs, a function calling itself left out.
+    both = both[:, both[0] != both[1]]
+    uniq = np.unique(both[0] * len(functions) + both[1])
+    counts = np.bincount(uniq % len(functions), minlength=len(functions))
+    out: dict[str, int] = {}
+    for i in np.nonzero(counts)[0]:
+        name = functions[int(i)][2]
+        out[name] = max(out.get(name, 0), int(counts[i]))
+    return out
+
+
+def _calls(code: np.ndarray, vaddr: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """(caller index, callee index) of every E8/E9 rel32 in ``code`` that lands on a
+    function's first byte from inside a function."""
+    if len(code) < 5:
+        return np.zeros((2, 0), dtype=np.int64)
+    pos = np.nonzero((code[:-4] == 0xE8) | (code[:-4] == 0xE9))[0]
+    rel = (code[pos + 1].astype(np.int64) | code[pos + 2].astype(np.int64) << 8
+           | code[pos + 3].astype(np.int64) << 16 | code[pos + 4].astype(np.int64) << 24)
+    rel -= (rel >= 1 << 31) * (1 << 32)
+    at = vaddr + pos.astype(np.int64)
+    target = at + 5 + rel
+    callee = np.searchsorted(starts, target)
+    callee_ok = callee < len(starts)
+    callee = np.minimum(callee, len(starts) - 1)
+    hit = callee_ok & (starts[callee] == target)
+    caller = np.searchsorted(starts, at, side="right") - 1
+    inside = (caller >= 0) & (at < ends[np.maximum(caller, 0)])
+    keep = hit & inside
+    return np.stack([caller[keep], callee[keep]])

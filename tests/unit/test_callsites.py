@@ -1,0 +1,68 @@
+"""Direct callers counted from a program's code (heapscope.symbols.callsites), against the
+callers written in tests/e2e/sites/codecallers.c, counted by hand."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from heapscope.symbols.callsites import caller_counts
+
+SOURCE = Path(__file__).resolve().parents[1] / "e2e" / "sites" / "codecallers.c"
+# By hand from the source: the functions whose code calls each one.
+BY_HAND = {
+    "buf_reserve": 4,  # keep_names, parse_header, format_reply, copy_path
+    "fill_table": 3,  # load_rows, load_more, load_extra
+    "xmalloc": 1,  # buf_reserve
+    "keep_names": 1,  # main
+    "main": 0,  # called by libc, not by the program
+}
+
+
+def _build(out: Path, *flags: str) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    subprocess.run(["gcc", *flags, "-o", str(out), str(SOURCE)], check=True)
+    return out
+
+
+@pytest.mark.parametrize("level", ["-O0", "-O1", "-O2"])
+def test_callers_as_written(tmp_path: Path, level: str) -> None:
+    binary = _build(tmp_path / "cc", level, "-g")
+    counts = caller_counts(str(binary))
+    assert {name: counts.get(name) for name in BY_HAND} == BY_HAND
+
+
+def test_a_stripped_program_says_nothing(tmp_path: Path) -> None:
+    # Without .symtab its functions have no names to count by (they are not exported).
+    binary = _build(tmp_path / "cc", "-O1")
+    subprocess.run(["strip", "--strip-all", str(binary)], check=True)
+    assert caller_counts(str(binary)).get("buf_reserve") == 0
+
+
+def test_a_file_that_changed_is_counted_again(tmp_path: Path) -> None:
+    binary = _build(tmp_path / "cc", "-O1")
+    assert caller_counts(str(binary)).get("buf_reserve") == 4
+    text = SOURCE.read_text().replace("free(copy_path(\"/\"));", "")
+    other = tmp_path / "other.c"
+    other.write_text(text)
+    subprocess.run(["gcc", "-O1", "-o", str(tmp_path / "new"), str(other)], check=True)
+    os.replace(tmp_path / "new", binary)
+    assert caller_counts(str(binary)).get("buf_reserve") == 3  # copy_path gone, unused
+
+
+def test_what_is_not_x86_64_code_gives_no_evidence(tmp_path: Path) -> None:
+    binary = _build(tmp_path / "cc", "-O1")
+    data = bytearray(binary.read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: AArch64
+    arm = tmp_path / "arm"
+    arm.write_bytes(bytes(data))
+    assert caller_counts(str(arm)).get("buf_reserve") == 0
+    text = tmp_path / "text"
+    text.write_text("not an ELF file\n")
+    assert caller_counts(str(text)).get("buf_reserve") == 0
+    assert caller_counts(str(tmp_path / "absent")).get("buf_reserve") == 0
