@@ -90,3 +90,41 @@ def test_leak_report_escapes_control_characters() -> None:
     text = out.getvalue()
     assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, text
     assert "f\\x1b[2Jx" in text and "main\\x9b" in text and "n\\x1bote" in text
+
+
+def _procs_text(helpers: list[tuple[str, int, str]]) -> list[str]:
+    from heapscope.analysis.leaks import LeakReport, ProcessFinding
+    from heapscope.render.leaks import render_leaks
+
+    procs = [ProcessFinding(100, exe="/usr/bin/python3", cmdline=["python3", "app.py"],
+                            dumps=6, judged=6, live_bytes=1e6)]
+    procs += [ProcessFinding(200 + i, exe=exe, role="helper", dumps=dumps, judged=dumps,
+                             unreadable=unreadable)
+              for i, (exe, dumps, unreadable) in enumerate(helpers)]
+    out = io.StringIO()
+    render_leaks(out, LeakReport(procs, []), color=False)
+    return out.getvalue().splitlines()
+
+
+def test_a_shims_helpers_share_one_line_after_the_program() -> None:
+    helpers = [("/usr/bin/bash", 1, "")] * 30 + [("/usr/bin/readlink", 1, "")] * 5 + \
+        [("/usr/bin/basename", 2, ""), ("/usr/bin/env", 1, ""), ("/usr/bin/sed", 1, "")]
+    lines = _procs_text(helpers)
+    assert lines[0] == "processes (1 of the program, 38 wrappers and helpers listed last)"
+    assert "python3 app.py" in lines[1]
+    assert lines[2] == ("  + 38 wrappers and helpers (bash ×30, readlink ×5, basename, env, …), "
+                        "1-2 dumps each, not judged as the program: --format json lists them")
+    assert not any("/usr/bin/bash" in ln for ln in lines)
+
+
+def test_a_helper_whose_dumps_were_unreadable_keeps_its_line() -> None:
+    helpers = [("/usr/bin/bash", 1, "")] * 4 + [("/usr/bin/tr", 1, "dump damaged")]
+    lines = _procs_text(helpers)
+    assert any("/usr/bin/tr" in ln for ln in lines[:4]), lines
+    assert "no dump could be read: dump damaged" in "\n".join(lines)
+    assert "  + 4 wrappers and helpers (bash ×4), 1 dump each" in "\n".join(lines)
+
+
+def test_a_few_helpers_are_listed_one_by_one() -> None:
+    lines = _procs_text([("/usr/bin/bash", 1, ""), ("/usr/bin/env", 1, "")])
+    assert [ln.split()[-1] for ln in lines[2:4]] == ["/usr/bin/bash", "/usr/bin/env"], lines

@@ -8,6 +8,7 @@ test statistic and p-value, and how many samples stand behind them.
 
 from __future__ import annotations
 
+import os
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -32,6 +33,7 @@ from heapscope.terminal import clean
 from heapscope.units import human_bytes, plural, shorten_command
 
 CMD_WIDTH = 70  # a process line's command: the program and the arguments that fit, then …
+HELPERS_LISTED = 3  # wrappers and helpers listed one per line; more get one line together
 
 
 def _t(text: str) -> str:
@@ -148,6 +150,24 @@ def _process_line(p: ProcessFinding, window: bool = False) -> str:
     return line
 
 
+def _helpers_line(helpers: list[ProcessFinding]) -> str:
+    """One line for the wrappers and helpers not listed: how many, their dumps, the
+    programs they ran (most frequent first)."""
+    names: dict[str, int] = {}
+    for p in helpers:
+        name = os.path.basename(p.exe) or "?"
+        names[name] = names.get(name, 0) + 1
+    ranked = sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))
+    ran = ", ".join(f"{_t(n)} ×{k}" if k > 1 else _t(n) for n, k in ranked[:4])
+    if len(ranked) > 4:
+        ran += ", …"
+    low, high = min(p.dumps for p in helpers), max(p.dumps for p in helpers)
+    dumps = (f"{plural(low, 'dump')} each" if low == high
+             else f"{low}-{high} dumps each")
+    what = plural(len(helpers), "wrapper or helper", "wrappers and helpers")
+    return f"  + {what} ({ran}), {dumps}, not judged as the program: --format json lists them"
+
+
 def _summary(report: LeakReport, shown: list[Finding]) -> str:
     counts: dict[str, int] = {}
     for f in shown:
@@ -218,10 +238,17 @@ def render_leaks(out: TextIO, report: LeakReport, *, top: int = 10, frames: int 
                   "listed last)[/]")
     else:
         con.print(f"[bold]processes ({len(procs)})[/]")
-    for p in procs[:15]:
+    listed = procs
+    if 0 < helpers < len(procs) and helpers > HELPERS_LISTED:
+        # A shim's dozens of shells would push the program's lines off the screen: they
+        # get one line, except one whose dumps could not be read (never passed over).
+        listed = [p for p in procs if p.role not in QUIET_ROLES or p.unreadable]
+    for p in listed[:15]:
         con.print(_process_line(p, report.window is not None))
-    if len(procs) > 15:
-        con.print(f"  … and {plural(len(procs) - 15, 'more process')}")
+    if len(listed) > 15:
+        con.print(f"  … and {plural(len(listed) - 15, 'more process')}")
+    if listed is not procs:
+        con.print(_helpers_line([p for p in procs if p not in listed]))
     shown = [f for f in report.findings if f.verdict not in QUIET]
     summary = _summary(report, shown)
     if summary:
