@@ -515,8 +515,10 @@ def test_a_worker_that_switches_user_is_dumped_and_judged(dropuser: Path,
     50 ms: it cannot write the session's dumps folder, yet it gets a series of its own
     (through a folder nobody owns) and its leak is found; nothing is left unexamined."""
     s = tmp_path / "s"
-    p = hs("run", "-o", str(s), "--every", "0.5", "--fail-on-leak", "--", str(dropuser), "5",
-           cache=tmp_path / "c")
+    # 64 KiB sampling: ~6 samples of the leak a dump. At the default 512 KiB it gets ~1.2,
+    # below the power the verdicts state for 10 dumps (it read `growing` once in a while).
+    p = hs("run", "-o", str(s), "--sample", "64k", "--every", "0.5", "--fail-on-leak", "--",
+           str(dropuser), "5", cache=tmp_path / "c")
     assert p.returncode == LEAK_EXIT, p.stderr
     procs = _processes(s)
     assert len(procs) == 2 and all(pr["examined"] for pr in procs.values()), procs
