@@ -12,7 +12,10 @@ Scenarios (STEPS = 40):
 
 - ``cache``        leak_linear (+40 KiB/step) leaks; cache_fill grows to a 4.8 MiB cap in
                    the first 30% of steps, then evicts (bounded); startup tables steady.
-- ``rates``        leak_fast (+100 KiB/step) and leak_slow (+10 KiB/step) both leak.
+- ``rates``        ``rates --scale 4``: leak_fast (+400 KiB/step) and leak_slow (+40 KiB/step)
+                   both leak; leak_slow gains ~9.4 samples a dump (80 x 512 B at 4 KiB). At
+                   ``--scale 1`` (~2.4 a dump, ~94 over the series) a CI run drew 120 and
+                   its growth per dump read 41% above the truth.
 - ``late``         leak_late starts at step 24 (first_growth 24 ± 2).
 - ``churn``        churn_buffers swings between 1 and 8 MiB with no trend.
 - ``prefork``      a parent and 3 forked workers; only worker 2 leaks (leak_in_worker).
@@ -132,7 +135,7 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario("cache", "cache", "4k", {"main": _CACHE}),
-        Scenario("rates", "rates", "4k", {"main": _RATES}),
+        Scenario("rates", "rates", "4k", {"main": _RATES}, program_options=("--scale", "4")),
         Scenario(
             "late", "late", "4k", {"main": {"startup_table": Site(STEADY), "leak_late": Site(LEAK)}}
         ),
@@ -433,13 +436,13 @@ def test_leak_ranks_above_bigger_cache(series: SeriesRuns, name: str) -> None:
 
 
 def test_rates_growth_numbers(series: SeriesRuns) -> None:
-    """At 4k sampling the growth per dump is close to the truth (100 and 10 KiB/step)."""
+    """At 4k sampling the growth per dump is close to the truth (400 and 40 KiB/step)."""
     run = series.get("rates")
     _, fast = run.one("leak_fast")
     _, slow = run.one("leak_slow")
-    assert fast["growth_bytes_per_dump"] == pytest.approx(100 * 1024, rel=0.2), run.describe()
-    assert slow["growth_bytes_per_dump"] == pytest.approx(10 * 1024, rel=0.35), run.describe()
-    assert fast["bytes"] == pytest.approx(STEPS * 100 * 1024, rel=0.15), run.describe()
+    assert fast["growth_bytes_per_dump"] == pytest.approx(400 * 1024, rel=0.2), run.describe()
+    assert slow["growth_bytes_per_dump"] == pytest.approx(40 * 1024, rel=0.35), run.describe()
+    assert fast["bytes"] == pytest.approx(STEPS * 400 * 1024, rel=0.15), run.describe()
     assert fast["first_growth"] <= 2, run.describe()  # it grows from dump 0 on
 
 
@@ -618,8 +621,12 @@ def test_every_dumps_every_process_of_the_tree(series_bin: Path, tmp_path: Path,
         manual = list((session / "dumps").glob(f"jeprof.{pid}.*.m*.heap"))
         assert len(manual) >= 3, (role, [d.name for d in manual])
         assert procs[pid]["judged_dumps"] >= 3, procs[pid]
-        assert procs[pid]["verdict"] == ("leaks" if role == "worker2" else "clean"), \
-            (role, procs[pid])
+        # The others never leak; over ~11 dumps one of their request buffers may still read
+        # `growing` ("take more dumps": one-sided 5% per site by design, and workers forked
+        # from one parent inherit jemalloc's sampling state, so two draw the same samples and
+        # read alike): `undecided`, which --fail-on-leak counts, is an honest answer there.
+        want = {"leaks"} if role == "worker2" else {"clean", "undecided"}
+        assert procs[pid]["verdict"] in want, (role, procs[pid])
     leaks = [s for s in report["suspects"] if s["verdict"] == "leak"]
     assert [(roles[s["pid"]], s["function"]) for s in leaks] == [("worker2", "leak_in_worker")]
 
