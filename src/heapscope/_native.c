@@ -1469,6 +1469,91 @@ done:
     return out;
 }
 
+/* ---- direct callers in x86-64 code (heapscope.symbols.callsites) ---- */
+
+/* Index of the last start <= a in starts[0..n), or -1. */
+static Py_ssize_t last_start(const int64_t *starts, Py_ssize_t n, int64_t a) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo - 1;
+}
+
+/* direct_callers(segments, starts, ends): per function (starts/ends: sorted int64 arrays
+   of the function symbols), the number of distinct other functions whose bytes hold an
+   E8 (call) or E9 (jmp) rel32 landing on its first byte; int32 array as bytes. segments:
+   (vaddr, code bytes) of the executable segments. Within a segment the callers come in
+   address order, so one "last caller counted" per callee removes repeats. */
+static PyObject *direct_callers_impl(PyObject *self, PyObject *args) {
+    PyObject *segments;
+    Py_buffer sb, eb;
+    if (!PyArg_ParseTuple(args, "Oy*y*", &segments, &sb, &eb)) return NULL;
+    PyObject *out = NULL, *seq = NULL;
+    int64_t *last = NULL;
+    Py_ssize_t n = sb.len / (Py_ssize_t)sizeof(int64_t);
+    if (eb.len != sb.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        goto done;
+    }
+    const int64_t *starts = (const int64_t *)sb.buf, *ends = (const int64_t *)eb.buf;
+    seq = PySequence_Fast(segments, "segments must be a sequence");
+    if (seq == NULL) goto done;
+    out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
+    last = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (out == NULL || last == NULL) {
+        Py_CLEAR(out);
+        if (last == NULL) PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *counts = (int32_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        counts[i] = 0;
+        last[i] = -1;
+    }
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        long long vaddr;
+        Py_buffer code;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "Ly*", &vaddr, &code)) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        const unsigned char *b = code.buf;
+        Py_ssize_t caller = -1;
+        int64_t caller_end = INT64_MIN;
+        for (Py_ssize_t i = 0; i + 5 <= code.len; i++) {
+            if (b[i] != 0xE8 && b[i] != 0xE9) continue;
+            int32_t rel = (int32_t)((uint32_t)b[i + 1] | (uint32_t)b[i + 2] << 8 |
+                                    (uint32_t)b[i + 3] << 16 | (uint32_t)b[i + 4] << 24);
+            int64_t at = (int64_t)vaddr + i, target = at + 5 + rel;
+            Py_ssize_t callee = last_start(starts, n, target);
+            if (callee < 0 || starts[callee] != target) continue;
+            while (callee > 0 && starts[callee - 1] == target) callee--; /* aliases: the first */
+            if (caller < 0 || at >= caller_end || at < starts[caller]) {
+                caller = last_start(starts, n, at);
+                if (caller < 0 || at >= ends[caller]) {
+                    caller = -1;
+                    continue;
+                }
+                caller_end = ends[caller];
+            }
+            if (caller != callee && last[callee] != caller) {
+                last[callee] = caller;
+                counts[callee]++;
+            }
+        }
+        PyBuffer_Release(&code);
+    }
+done:
+    PyMem_Free(last);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&eb);
+    return out;
+}
+
 /* Each entry point with the collector paused (see PAUSE_GC). */
 #define WITHOUT_GC(name)                                        \
     static PyObject *name(PyObject *self, PyObject *args) {    \
@@ -1843,6 +1928,7 @@ WITHOUT_GC(via_sums)
 WITHOUT_GC(tree_add)
 WITHOUT_GC(function_columns)
 WITHOUT_GC(scan_counts)
+WITHOUT_GC(direct_callers)
 
 static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS,
@@ -1888,6 +1974,10 @@ static PyMethodDef methods[] = {
      "memory map, stack ids as int64, counts and bytes as float64, each as bytes) of the "
      "records from data[start] on; ids maps a hash of each stack's text to its index in "
      "texts (new ones are added to both); None when the text is unusual."},
+    {"direct_callers", direct_callers, METH_VARARGS,
+     "direct_callers(segments, starts, ends) -> per function of the sorted int64 arrays "
+     "starts/ends, the distinct other functions with an E8/E9 rel32 to its first byte in "
+     "the (vaddr, code) segments, as int32 bytes."},
     {"unpack_samples", unpack_samples, METH_VARARGS,
      "unpack_samples(data, table, values, sample_type) -> samples (stack, values[i], (), "
      "()) of the stacks pack_stacks wrote, with table[index] for each index."},

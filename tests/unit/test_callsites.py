@@ -9,8 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from heapscope.symbols.callsites import caller_counts
+from heapscope.native import core
+from heapscope.symbols.callsites import caller_counts, direct_callers, direct_callers_numpy
 
 SOURCE = Path(__file__).resolve().parents[1] / "e2e" / "sites" / "codecallers.c"
 # By hand from the source: the functions whose code calls each one.
@@ -66,3 +69,43 @@ def test_what_is_not_x86_64_code_gives_no_evidence(tmp_path: Path) -> None:
     text.write_text("not an ELF file\n")
     assert caller_counts(str(text)).get("buf_reserve") == 0
     assert caller_counts(str(tmp_path / "absent")).get("buf_reserve") == 0
+
+
+# The compiled loop against its numpy reference: on real programs and on random bytes.
+
+def _segments(path: str) -> tuple[list[tuple[int, bytes]], list[tuple[int, int, str]]]:
+    from heapscope.symbols.elfread import ElfHeaders
+    from heapscope.symbols.symtab import SymbolTable
+
+    with ElfHeaders.open(path) as elf:
+        code = [(seg.p_vaddr, elf.segment_data(seg)) for seg in elf.segments
+                if seg.p_type == 1 and seg.p_flags & 1 and seg.p_filesz > 0]
+    return code, SymbolTable.read(path).functions()
+
+
+@pytest.mark.skipif(core is None, reason="the compiled loops (heapscope._native) are not built")
+def test_compiled_and_numpy_agree_on_real_programs(tmp_path: Path) -> None:
+    files = [str(_build(tmp_path / "cc", "-O2", "-g")), "/lib/x86_64-linux-gnu/libc.so.6",
+             os.path.realpath("/usr/lib/x86_64-linux-gnu/libstdc++.so.6")]
+    for path in files:
+        code, functions = _segments(path)
+        want = direct_callers_numpy(code, functions)
+        assert direct_callers(code, functions) == want, path
+        assert sum(want) > 0, path  # its functions call each other
+
+
+@pytest.mark.skipif(core is None, reason="the compiled loops (heapscope._native) are not built")
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=0, max_size=300), st.integers(0, 2**40),
+       st.lists(st.tuples(st.integers(0, 400), st.integers(1, 80)), max_size=12))
+def test_compiled_and_numpy_agree_on_any_bytes(data: bytes, base: int,
+                                               spans: list[tuple[int, int]]) -> None:
+    # Calls land anywhere: sprinkle E8/E9 so that some aim at function starts.
+    functions = sorted({(base + a, base + a + n, f"f{a}") for a, n in spans})
+    raw = bytearray(data)
+    for i in range(0, len(raw), 7):
+        raw[i] = 0xE8 if i % 2 else 0xE9
+    code = [(base, bytes(raw))]
+    if not functions:
+        return
+    assert direct_callers(code, functions) == direct_callers_numpy(code, functions)

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 import threading
+from array import array
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from heapscope.native import core
 from heapscope.symbols.elfread import ElfError, ElfHeaders
 from heapscope.symbols.symtab import SymbolTable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EM_X86_64 = 62
 PT_LOAD = 1
@@ -75,28 +79,55 @@ def _count(path: str) -> dict[str, int]:
         return {}
     if not functions or not code:
         return {}
+    counts = (direct_callers(code, functions) if core is not None
+              else direct_callers_numpy(code, functions))
+    # Aliases (names sharing a start) were counted on the first of them: each gets it.
+    by_start: dict[int, int] = {}
+    for (start, _, _), n in zip(functions, counts, strict=True):
+        if n:
+            by_start[start] = max(by_start.get(start, 0), n)
+    out: dict[str, int] = {}
+    for start, _, name in functions:
+        n = by_start.get(start, 0)
+        if n:
+            out[name] = max(out.get(name, 0), n)
+    return out
+
+
+def direct_callers(code: list[tuple[int, bytes]], functions: list[tuple[int, int, str]]
+                   ) -> list[int]:
+    """Per function (sorted ``(start, end, name)``), its distinct direct callers in the
+    ``(vaddr, bytes)`` segments ``code``: the compiled loop (heapscope._native)."""
+    assert core is not None
+    starts = array("q", [f[0] for f in functions]).tobytes()
+    ends = array("q", [f[1] for f in functions]).tobytes()
+    counts = array("i")
+    counts.frombytes(core.direct_callers(code, starts, ends))
+    return counts.tolist()
+
+
+def direct_callers_numpy(code: list[tuple[int, bytes]], functions: list[tuple[int, int, str]]
+                         ) -> list[int]:
+    """The same with numpy: the reference the compiled loop is checked against, and the
+    fallback without it."""
+    import numpy as np
+
     starts = np.array([f[0] for f in functions], dtype=np.int64)
     ends = np.array([f[1] for f in functions], dtype=np.int64)
-    pairs = []
-    for vaddr, data in code:
-        pairs.append(_calls(np.frombuffer(data, dtype=np.uint8), vaddr, starts, ends))
-    both = np.concatenate(pairs, axis=1) if pairs else np.zeros((2, 0), dtype=np.int64)
-    if both.shape[1] == 0:
-        return {}
+    pairs = [_calls(np.frombuffer(data, dtype=np.uint8), vaddr, starts, ends)
+             for vaddr, data in code]
+    both = np.concatenate(pairs, axis=1)
     # Distinct (caller, callee) pairs, a function calling itself left out.
     both = both[:, both[0] != both[1]]
     uniq = np.unique(both[0] * len(functions) + both[1])
-    counts = np.bincount(uniq % len(functions), minlength=len(functions))
-    out: dict[str, int] = {}
-    for i in np.nonzero(counts)[0]:
-        name = functions[int(i)][2]
-        out[name] = max(out.get(name, 0), int(counts[i]))
-    return out
+    return [int(n) for n in np.bincount(uniq % len(functions), minlength=len(functions))]
 
 
 def _calls(code: np.ndarray, vaddr: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """(caller index, callee index) of every E8/E9 rel32 in ``code`` that lands on a
     function's first byte from inside a function."""
+    import numpy as np
+
     if len(code) < 5:
         return np.zeros((2, 0), dtype=np.int64)
     pos = np.nonzero((code[:-4] == 0xE8) | (code[:-4] == 0xE9))[0]
