@@ -64,6 +64,7 @@ from heapscope.analysis.ownership import PROCESS_MODULE, main_image
 from heapscope.errors import UsageError
 from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
 from heapscope.native import core
+from heapscope.symbols.callsites import caller_counts
 from heapscope.symbols.elf import ElfError, ElfInfo, search_path
 
 # An address's site candidates (see _Folder._candidates) when it holds one frame.
@@ -684,10 +685,11 @@ class _Folder:
                     for k, f in enumerate(loc.frames):
                         if f.function in frames_at:
                             frames_at[f.function].append((a, k))
+        in_program: dict[str, int] = {}
         for first, name, n in in_code:
             got = self._code_callers(name, frames_at[name])
             if got >= CODE_CALLERS:
-                self.wrappers.in_code[name] = got
+                in_program[name] = got
                 cands.append((first, name, n))
         new: list[str] = []
         at = ev.at
@@ -695,6 +697,8 @@ class _Folder:
             if all(x in at for x in frames_at[name]):
                 self.wrapper_names.add(name)
                 self.wrappers.found[name] = n
+                if name in in_program:
+                    self.wrappers.in_code[name] = in_program[name]
                 new.append(name)
         return new
 
@@ -716,9 +720,6 @@ class _Folder:
                 self.module_ok[path] = _same_file(path, loc.mapping.build_id)
             if not self.module_ok[path]:
                 return 0
-            # Imported here: it loads numpy, which `heapscope top` mostly does without.
-            from heapscope.symbols.callsites import caller_counts
-
             return caller_counts(path).get(frame.system_name or frame.function)
         return 0
 
