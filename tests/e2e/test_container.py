@@ -25,6 +25,8 @@ SVC_C = HERE / "programs" / "container_svc.c"
 LEAK_LINE = next(i for i, text in enumerate(SVC_C.read_text().splitlines(), 1)
                  if "/* LEAK:container */" in text)
 EXE = "/app/container_svc"  # the service's path inside its root; nothing there on the host
+HELPERS_C = HERE / "sites" / "codecallers.c"
+HELPERS = "/app/codecallers"  # a helper with one caller at run time and four in its code
 
 
 def _walk(root: Path) -> set[str]:
@@ -72,6 +74,7 @@ def root(tmp_path_factory: pytest.TempPathFactory, gcc: Path, libjemalloc: Path)
         (top / d).mkdir(exist_ok=True)
     (top / "tmp").chmod(0o1777)
     je.build([SVC_C], top / EXE.lstrip("/"), ("-O1", "-g"))
+    je.build([HELPERS_C], top / HELPERS.lstrip("/"), ("-O1", "-g"))
     return top
 
 
@@ -79,9 +82,11 @@ class Service:
     """The service in new mount and PID namespaces: chrooted into ``root``, or (``private``)
     into a tmpfs copy of it mounted only inside its namespace, invisible to the host."""
 
-    def __init__(self, root: Path, libjemalloc: Path, private: bool = False) -> None:
+    def __init__(self, root: Path, libjemalloc: Path, private: bool = False,
+                 argv: tuple[str, ...] = (EXE,)) -> None:
+        self.exe = argv[0]
         inner = ["/usr/bin/env", f"LD_PRELOAD={libjemalloc}",
-                 "MALLOC_CONF=prof:true,lg_prof_sample:12", EXE]
+                 "MALLOC_CONF=prof:true,lg_prof_sample:12", *argv]
         if private:
             self.root = root.parent / "private"
             self.root.mkdir(exist_ok=True)
@@ -110,7 +115,7 @@ class Service:
                     kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
                 except OSError:
                     continue
-                if cmd == EXE.encode():
+                if cmd == self.exe.encode():
                     time.sleep(0.3)  # some allocations to see
                     return pid
                 todo += [int(k) for k in kids]
@@ -171,6 +176,26 @@ def test_attach_dump_then_top_names_the_line(service: Service, tmp_path: Path) -
     assert p.returncode == 0, p.stderr
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("container "))
     assert line.startswith(f"container  pid 1 in its own namespace, root {service.root}")
+
+
+def test_a_helper_is_folded_by_the_code_inside_the_container(root: Path, libjemalloc: Path,
+                                                              tmp_path: Path) -> None:
+    """buf_reserve has one caller in the dump and four in the program's code, which exists
+    only inside the root: read there, it folds into keep_names."""
+    assert not os.path.exists(HELPERS)
+    svc = Service(root, libjemalloc, argv=(HELPERS, "120"))
+    try:
+        session = tmp_path / "s"
+        p = hs("attach", str(svc.pid), "dump", "-o", str(session), tmp=tmp_path)
+        assert p.returncode == 0, p.stderr
+        p = hs("top", "--format", "json", "-n", "0", str(session), tmp=tmp_path)
+        assert p.returncode == 0, p.stderr
+    finally:
+        os.kill(svc.pid, signal.SIGKILL)  # pid 1 of its namespace: it ignores SIGTERM
+        svc.outer.communicate(timeout=20)
+    rows = [r for r in json.loads(p.stdout)["rows"] if r["flat"] > 0]
+    assert rows[0]["name"] == "keep_names", rows[:3]
+    assert [v["function"] for v in rows[0]["via"]] == ["xmalloc", "buf_reserve"], rows[0]
 
 
 def test_attach_watch_reports_the_leak(service: Service, tmp_path: Path) -> None:

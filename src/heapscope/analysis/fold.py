@@ -66,6 +66,7 @@ from heapscope.model import Frame, Location, Profile, Sample, ViaFrame
 from heapscope.native import core
 from heapscope.symbols.callsites import caller_counts
 from heapscope.symbols.elf import ElfError, ElfInfo, search_path
+from heapscope.symbols.rooted import resolve_in_root
 
 # An address's site candidates (see _Folder._candidates) when it holds one frame.
 _NONE, _OWN, _JNI, _DEPENDENCY, _PLAIN = (-1, -1, -1, -1), (0, -1, -1, -1), (-1, 0, -1, 0), \
@@ -182,13 +183,23 @@ class Wrappers:
             self.in_code[f] = max(n, self.in_code.get(f, 0))
 
 
-def _same_file(path: str, build_id: str) -> bool:
-    """Whether ``path`` is an ELF file with the build-id ``build_id`` (any, when the dump
-    recorded none: the dump's own machine, as the symbolizer assumes)."""
-    try:
-        return ElfInfo.read(path).build_id == build_id if build_id else os.path.isfile(path)
-    except ElfError:
-        return False
+def _module_file(path: str, build_id: str, pid: int | None) -> str:
+    """The file of the module the dump maps from ``path``: inside the process's root while
+    it runs (a container's file, not the host's of that name), else at ``path``, as the
+    symbolizer takes it; with the dump's ``build_id`` when it recorded one. "" when there
+    is none."""
+    if pid is not None and os.path.isdir(f"/proc/{pid}/root"):
+        inside = resolve_in_root(f"/proc/{pid}/root", path)
+        tried = [inside] if inside is not None else []
+    else:
+        tried = [path]
+    for cand in tried:
+        try:
+            if ElfInfo.read(cand).build_id == build_id or not build_id:
+                return cand
+        except ElfError:
+            continue
+    return ""
 
 
 def _by_name(function: str, callers: int) -> bool:
@@ -307,7 +318,7 @@ class _Folder:
         self.headed: dict[str, list[int]] = {}  # function -> addresses it is the first of
         self.candidates: dict[int, tuple[int, int, int, int]] = {}
         self.via_of: dict[int, tuple[ViaFrame, ...]] = {}
-        self.module_ok: dict[str, bool] = {}  # see _code_callers
+        self.module_files: dict[str, str] = {}  # see _code_callers
         self.vias: dict[tuple[tuple[int, ...], int], tuple[ViaFrame, ...]] = {}  # see fold
 
     def _vetoed(self, name: str) -> bool:
@@ -703,9 +714,9 @@ class _Folder:
         return new
 
     def _code_callers(self, name: str, frames: list[tuple[int, int]]) -> int:
-        """How many functions of its module's code call ``name`` directly (0: unknown): the
-        module is the file the dump names, when it is still there with the build-id the dump
-        recorded (a file that changed since, or another machine's, says nothing)."""
+        """How many functions of its module's code call ``name`` directly (0: unknown): read
+        from the module's file (:func:`_module_file`; a file whose build-id differs from the
+        one the dump recorded says nothing)."""
         for a, k in frames:
             loc = self.locations.get(a)
             if loc is None or loc.mapping is None or k >= len(loc.frames):
@@ -713,14 +724,13 @@ class _Folder:
             frame = loc.frames[k]
             if frame.inlined or k != len(loc.frames) - 1:
                 continue  # the real function of the address: its symbol is what is called
-            path = loc.mapping.path
+            path, build_id = loc.mapping.path, loc.mapping.build_id
             if loc.mapping.deleted or not path.startswith("/"):
                 return 0
-            if self.module_ok.get(path) is None:
-                self.module_ok[path] = _same_file(path, loc.mapping.build_id)
-            if not self.module_ok[path]:
-                return 0
-            return caller_counts(path).get(frame.system_name or frame.function)
+            if path not in self.module_files:
+                self.module_files[path] = _module_file(path, build_id, self.profile.pid)
+            found = self.module_files[path]
+            return caller_counts(found).get(frame.system_name or frame.function) if found else 0
         return 0
 
     def _candidates(self, a: int) -> tuple[int, int, int, int]:

@@ -1,7 +1,7 @@
 /* codecallers.c: helpers called from many places in the code, from one place at run time.
  *
  * Build:  gcc -O1 -g codecallers.c -o codecallers
- * Run under heapscope run. Prints "pid=<pid>"; exit 0.
+ * Run under heapscope run. Prints "pid=<pid>"; exit 0 (after SECONDS, when given).
  *
  * buf_reserve() allocates through the program's own wrapper xmalloc() and returns the
  * memory; its name says nothing of allocating. Four functions call it (keep_names,
@@ -93,7 +93,7 @@ __attribute__((noinline)) static void load_rows(void)
 __attribute__((noinline)) static void load_more(void) { fill_table(128); }
 __attribute__((noinline)) static void load_extra(void) { fill_table(64); }
 
-int main(void)
+int main(int argc, char **argv)
 {
     printf("pid=%d\n", (int)getpid());
     fflush(stdout);
@@ -106,5 +106,7 @@ int main(void)
         load_more();
         load_extra();
     }
+    if (argc > 1)  /* SECONDS: stay that long, for a dump taken from outside */
+        sleep((unsigned)atoi(argv[1]));
     return 0;
 }
