@@ -109,3 +109,11 @@ def test_compiled_and_numpy_agree_on_any_bytes(data: bytes, base: int,
     if not functions:
         return
     assert direct_callers(code, functions) == direct_callers_numpy(code, functions)
+
+
+def test_code_past_the_bound_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heapscope.symbols import callsites
+
+    binary = _build(tmp_path / "cc", "-O1")
+    monkeypatch.setattr(callsites, "MAX_CODE", 64)  # bytes: less than any program's code
+    assert caller_counts(str(binary)).get("buf_reserve") == 0

@@ -30,6 +30,9 @@ EM_X86_64 = 62
 PT_LOAD = 1
 PF_X = 1
 _CACHED = 8  # files whose counts are kept (a run folds each dump of the same program)
+# Executable bytes read at most (a browser's code is ~150 MiB): past it, no evidence
+# rather than a read that size on a report's path.
+MAX_CODE = 256 << 20
 
 
 class CallerCounts:
@@ -48,8 +51,9 @@ _cache: dict[tuple[str, int, int, int], CallerCounts] = {}
 
 
 def caller_counts(path: str) -> CallerCounts:
-    """The counts for the ELF file at ``path``, kept while its size and mtime are unchanged;
-    empty for a file that is not a readable x86-64 ELF file or has no function symbols."""
+    """The counts for the ELF file at ``path``, kept while the file (device, inode, mtime)
+    is unchanged; empty for a file that is not a readable x86-64 ELF file, has no function
+    symbols or more than ``MAX_CODE`` bytes of code."""
     try:
         st = os.stat(path)
     except OSError:
@@ -72,8 +76,11 @@ def _count(path: str) -> dict[str, int]:
         with ElfHeaders.open(path) as elf:
             if not elf.elf64 or not elf.little or elf.machine != EM_X86_64:
                 return {}
-            code = [(seg.p_vaddr, elf.segment_data(seg)) for seg in elf.segments
-                    if seg.p_type == PT_LOAD and seg.p_flags & PF_X and seg.p_filesz > 0]
+            segments = [seg for seg in elf.segments
+                        if seg.p_type == PT_LOAD and seg.p_flags & PF_X and seg.p_filesz > 0]
+            if sum(seg.p_filesz for seg in segments) > MAX_CODE:
+                return {}
+            code = [(seg.p_vaddr, elf.segment_data(seg)) for seg in segments]
         functions = SymbolTable.read(path).functions()
     except (ElfError, OSError):
         return {}
