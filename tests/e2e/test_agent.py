@@ -122,16 +122,14 @@ def test_prometheus_sees_the_leak_and_not_the_cache(
             if leaking:
                 break
         assert leaking, "no leak verdict reached Prometheus in 150 s"
+        found = time.monotonic()
         sites = {(r["metric"]["pid"], r["metric"]["function"]) for r in leaking}
         assert (leak_pid, "leak_tick") in sites, sites
-        assert all(pid == leak_pid for pid, _ in sites), sites
         growth = _query(prom_port, f'heapscope_site_growth_bytes_per_second{{pid="{leak_pid}",'
                                    'function="leak_tick"}')
         rate = max(float(r["value"][1]) for r in growth)
         # 320 KiB/s kept; sampled estimates and uneven dump times allow +-40%.
         assert rate == pytest.approx(LEAK_RATE, rel=0.4), rate
-        cache = _query(prom_port, f'heapscope_site_leak{{pid="{cache_pid}"}}')
-        assert cache and all(r["value"][1] == "0" for r in cache), cache
         live = _query(prom_port, f'heapscope_site_live_bytes{{pid="{cache_pid}",'
                                  'function="cache_put"}')
         # 64 entries of 16 KiB once the ring is full.
@@ -150,6 +148,17 @@ def test_prometheus_sees_the_leak_and_not_the_cache(
         assert moved, "the window never moved in 150 s"
         window = _query(prom_port, "heapscope_process_window_dumps")
         assert {r["value"][1] for r in window} == {"12"}, window
+        # What an alert acts on: a verdict that holds (the shipped rule waits 30 minutes).
+        # Each round judges the window again, and a cache's sampled count may read as a
+        # leak in one round now and then (the verdicts' stated rate: at most 3% of a
+        # scenario's judgements), not round after round. Over the last 10 s (~8 rounds):
+        # the leak held its verdict at every scrape, the cache not at all of them.
+        time.sleep(max(0.0, found + 12 - time.monotonic()))
+        held = _query(prom_port, "min_over_time(heapscope_site_leak[10s]) == 1")
+        assert {(r["metric"]["pid"], r["metric"]["function"]) for r in held} == \
+            {(leak_pid, "leak_tick")}, held
+        cache = _query(prom_port, f'heapscope_site_leak{{pid="{cache_pid}"}}')
+        assert cache, cache
     finally:
         prom.terminate()
         prom.wait(timeout=30)
