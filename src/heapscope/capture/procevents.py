@@ -14,6 +14,7 @@ import select
 import socket
 import struct
 import threading
+import time
 
 _NETLINK_CONNECTOR = 11
 _CN_IDX_PROC = 1
@@ -32,7 +33,8 @@ class ProcEvents:
 
     def __init__(self) -> None:
         self.parent: dict[int, int] = {}  # child process -> parent process
-        self.image: dict[int, tuple[str, list[str]]] = {}  # pid -> (exe, argv) after exec
+        # pid -> (exe, argv) after its last exec, and when they were read (time.monotonic)
+        self.image: dict[int, tuple[str, list[str], float]] = {}
         self.available = False
         self.error = ""
         self._sock: socket.socket | None = None
@@ -96,7 +98,7 @@ class ProcEvents:
                 exe, argv = read_image(tgid)
                 if exe:
                     with self.lock:
-                        self.image[tgid] = (exe, argv)
+                        self.image[tgid] = (exe, argv, time.monotonic())
             if length <= 0:
                 break
             offset += (length + 3) & ~3

@@ -22,6 +22,7 @@ class ProcInfo:
     first_seen: float = 0.0
     last_seen: float = 0.0
     max_rss: int = 0
+    read_at: float = 0.0  # time.monotonic() when exe and cmdline were last read by a poll
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form for the session manifest."""
@@ -102,7 +103,10 @@ class TreeWatcher:
                     info = self.procs[pid] = ProcInfo(pid, parent.get(pid, 0))
                 if pid in parent and pid != self.root:
                     info.ppid = parent[pid]
-                if pid in image and not info.cmdline:
+                # An exec read after the last poll's read is the newer image: a child of a
+                # shell polled between its fork and its exec, then gone before the next poll,
+                # would otherwise keep the shell's name (and be taken for a helper).
+                if pid in image and (not info.cmdline or image[pid][2] > info.read_at):
                     info.exe, info.cmdline = image[pid][0], list(image[pid][1])
 
     def alive(self) -> list[int]:
@@ -143,12 +147,14 @@ class TreeWatcher:
                 if info is None:
                     exe, cmd = read_image(pid)
                     info = self.procs[pid] = ProcInfo(pid, ppid, exe, cmd, t)
+                    info.read_at = time.monotonic()
                 else:
                     # exec() may have replaced the image, and servers retitle forked children
                     # (postgres: "postgres: user db [local] idle"): keep the latest.
                     exe, cmd = read_image(pid)
                     if exe:
                         info.exe = exe
+                        info.read_at = time.monotonic()
                     if cmd:
                         info.cmdline = cmd
                 info.last_seen = t
