@@ -158,7 +158,11 @@ def test_timeline_of_many_processes(fleet: Fleet, tmp_path: Path) -> None:
     assert any(e.startswith(f"fleet: leaker [pid {fleet.leaker}, child]: RSS ")
                for e in entries), entries
     assert sum(e.startswith(f"{others} other processes (sum): RSS ") for e in entries) == 1
-    assert any(e.startswith("leak_request (leak, pid ") for e in entries), entries
+    # The suspect under its verdict: `leak`, or `growing` when the leaker's exactly counted
+    # 64 KiB blocks came unevenly per dump (22 processes dumped a round on a loaded machine:
+    # one CI run read a per-dump slowdown, "take 1 more dump"). The timeline shows either.
+    assert any(e.startswith(("leak_request (leak, pid ", "leak_request (growing, pid "))
+               for e in entries), entries
 
     groups = [g for g in root.iter(f"{SVG}g") if (g.get("class") or "").startswith("series")]
     drawn = {int(g.attrib["data-pid"]) for g in groups if "rss" in g.attrib["class"].split()
