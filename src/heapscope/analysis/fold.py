@@ -194,8 +194,12 @@ def _module_file(path: str, build_id: str, pid: int | None) -> str:
     else:
         tried = [path]
     for cand in tried:
+        if not build_id:
+            if os.path.isfile(cand):
+                return cand
+            continue
         try:
-            if ElfInfo.read(cand).build_id == build_id or not build_id:
+            if ElfInfo.read(cand).build_id == build_id:
                 return cand
         except ElfError:
             continue
@@ -436,17 +440,11 @@ class _Folder:
         info, info_get = self._info, self.info.get
         at, changed = ev.at, ev.changed
         callers, sites, kinds, not_by_name = ev.callers, ev.sites, ev.kinds, ev.not_by_name
-        facts_of, fact_of, wrappers = self.facts, self._fact_of, self.wrapper_names
+        head_fact = self._head_fact
         callers_of, first_call = leaves.callers, leaves.first_call
         wrapped = set()
         for a in todo:
-            got_info = info_get(a) or info(a)
-            if len(got_info) == 1:
-                # One frame: its facts are known, it heads the stacks unless a wrapper.
-                name, _, wrapper = got_info[0]
-                fact = None if wrapper or name in wrappers else facts_of[a]
-            else:
-                fact = fact_of(a)
+            fact = head_fact(a)
             if fact is None:
                 wrapped.add(a)
                 continue
@@ -494,16 +492,11 @@ class _Folder:
         info, info_get = self._info, self.info.get
         at, changed = ev.at, ev.changed
         callers, sites, kinds, not_by_name = ev.callers, ev.sites, ev.kinds, ev.not_by_name
-        facts_of, fact_of, wrappers = self.facts, self._fact_of, self.wrapper_names
+        head_fact = self._head_fact
         ends_in_main = self.ends_in_main.get
         for n, run in todo:
             a = run[0]
-            got_info = info_get(a) or info(a)
-            if len(got_info) == 1:
-                name, _, wrapper = got_info[0]
-                fact = None if wrapper or name in wrappers else facts_of[a]
-            else:
-                fact = fact_of(a)
+            fact = head_fact(a)
             if fact is None:
                 self._run_head(n, run, ev, runs_of)
                 continue
@@ -541,6 +534,15 @@ class _Folder:
             if by_main == 2:
                 not_by_name.add(name)
             changed.add(name)
+
+    def _head_fact(self, a: int) -> _Facts | None:
+        """:meth:`_fact_of`, known at once for an address of one frame: its facts were
+        found with the address, and it heads the stacks unless it is a wrapper."""
+        got_info = self.info.get(a) or self._info(a)
+        if len(got_info) == 1:
+            name, _, wrapper = got_info[0]
+            return None if wrapper or name in self.wrapper_names else self.facts[a]
+        return self._fact_of(a)
 
     def _fact_of(self, a: int) -> _Facts | None:
         """What a head in address ``a`` says (see :data:`_Facts`), None when the address
