@@ -20,10 +20,13 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 PY = "/usr/bin/python3"
-# A parent and its child, each alive for ~5.5 s: about five rounds of --every 1.
+# A parent and its child, each alive for ~5.5 s: about five rounds of --every 1. Each
+# says its line in one write(2): print() makes two (text, then end) when Python runs
+# unbuffered (PYTHONUNBUFFERED, set on some CI machines), and the two processes' halves
+# can then interleave.
 PROGRAM = ("import os, time\n"
            "pid = os.fork()\n"
-           "print('child' if pid == 0 else 'parent', flush=True)\n"
+           "os.write(1, b'child\\n' if pid == 0 else b'parent\\n')\n"
            "keep = []\n"
            "for i in range(55):\n"
            "    keep.append(bytearray(64 * 1024))\n"

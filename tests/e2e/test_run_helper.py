@@ -83,7 +83,7 @@ def test_forked_child_gets_its_own_helper(libjemalloc: Path, helper_built: str,
     after fork), and both are dumped through their helpers every round."""
     code = ("import os, sys, time\n"
             "pid = os.fork()\n"
-            "print('child' if pid == 0 else 'parent', os.getpid(), flush=True)\n"
+            "os.write(1, b'%s %d\\n' % (b'parent' if pid else b'child', os.getpid()))\n"
             "keep = [bytearray(4096) for _ in range(1000)]\n"
             "time.sleep(2.5)\n"
             "if pid: os.waitpid(pid, 0)\n")
@@ -93,7 +93,8 @@ def test_forked_child_gets_its_own_helper(libjemalloc: Path, helper_built: str,
     pids: dict[str, int] = {}
     seen = []
     while len(pids) < 2 and len(seen) < 10:
-        # Two processes share the pipe: find their lines, whatever else comes between.
+        # Two processes share the pipe: find their lines, whatever else comes between
+        # (each line is one write(2), whole even when Python runs unbuffered).
         seen.append(hs.stdout.readline())
         pids.update((m[1], int(m[2])) for m in re.finditer(r"\b(child|parent) (\d+)", seen[-1]))
     assert set(pids) == {"child", "parent"}, seen
