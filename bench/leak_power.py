@@ -5,6 +5,7 @@
     python bench/leak_power.py --families   # recall, false leaks and interval coverage per
                                             # scenario family at 6, 10 and 30 dumps
     python bench/leak_power.py --runs 1000
+    python bench/leak_power.py --families --timing loaded   # dumps at uneven times
 
 Dumps needed: for each leak rate (bytes leaked between two dumps) and sample period, the
 smallest series length at which ``leak`` is the verdict in at least 95% of simulated runs.
@@ -46,6 +47,7 @@ PERIODS = (4 * KIB, 64 * KIB, 512 * KIB)
 LENGTHS = (3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100, 150, 200, 300)
 SIZE = 256
 FAMILY_LENGTHS = (6, 10, 30)
+GROUP = 20  # uneven times: runs judged together share their dumps' times
 
 
 def _judge(s: ls.Series) -> trend.Judged:
@@ -109,8 +111,10 @@ class Tally:
                 self.covered += t.slope_low - tol <= truth <= t.slope_high + tol
 
 
-def families(runs: int, seed: int) -> str:
-    """Markdown: per family and length, the share called leak and the interval coverage."""
+def families(runs: int, seed: int, timing: str = "even") -> str:
+    """Markdown: per family and length, the share called leak and the interval coverage.
+    With ``timing`` other than "even" the dumps come at uneven times (tests/leaksim.py's
+    ``intervals``), each group of GROUP runs sharing one draw, judged with its times."""
     tallies: dict[tuple[str, str, int], Tally] = collections.defaultdict(Tally)
     cases: list[ls.Case | ls.BlockCase] = [*ls.leak_cases(), *ls.null_cases(),
                                            *ls.block_leak_cases(), *ls.block_null_cases()]
@@ -118,10 +122,19 @@ def families(runs: int, seed: int) -> str:
         if case.n not in FAMILY_LENGTHS:
             continue
         rng = np.random.default_rng([seed, zlib.crc32(case.label.encode())])
-        c, y, objects, truth = ls.observe(case, runs, rng)
         kind = "leak" if case.plan.truth == ls.LEAK else "not a leak"
-        tallies[(kind, _family(case.name), case.n)].add(
-            trend.judge_counts(c, y, objects), c, y, truth)
+        tally = tallies[(kind, _family(case.name), case.n)]
+        if timing == "even":
+            c, y, objects, truth = ls.observe(case, runs, rng)
+            tally.add(trend.judge_counts(c, y, objects), c, y, truth)
+            continue
+        dt = ls.intervals(runs, case.n, timing, rng, GROUP)
+        c, y, objects, truth = ls.observe(case, runs, rng, dt)
+        for g in range(0, runs, GROUP):
+            rows = slice(g, g + GROUP)
+            times = np.cumsum(dt[g]).tolist()
+            tally.add(trend.judge_counts(c[rows], y[rows], objects[rows], times),
+                      c[rows], y[rows], truth)
     lines = ["| truth | family | " + " | ".join(f"{n} dumps" for n in FAMILY_LENGTHS) + " |",
              "|---|---|" + "---|" * len(FAMILY_LENGTHS)]
     names = sorted({(k[0], k[1]) for k in tallies})
@@ -146,13 +159,17 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--families", action="store_true",
                     help="recall, false leaks and interval coverage per scenario family")
+    ap.add_argument("--timing", choices=("even", "jitter", "loaded"), default="even",
+                    help="with --families: dumps at even intervals, jittered ±50%%, or a "
+                         "loaded machine's late and hurried rounds")
     args = ap.parse_args()
     if args.families:
         print("Share of runs called `leak` per scenario family (recall where the truth is a "
               "leak, false leaks where it is not), and in brackets the share of runs called "
               "leak or growing whose 95% interval of the rate holds the true rate\n")
-        print(families(args.runs, args.seed))
-        print(f"\n({args.runs} simulated runs per scenario, seed {args.seed})")
+        print(families(args.runs, args.seed, args.timing))
+        print(f"\n({args.runs} simulated runs per scenario, seed {args.seed}, "
+              f"dumps at {args.timing} intervals)")
         return 0
     print("Dumps needed for a 95% leak verdict (expected new samples per dump in brackets)\n")
     print(table(0.0, 0.0, args.runs, args.seed))

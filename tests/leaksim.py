@@ -86,12 +86,43 @@ def _objects(samples: float, p: float) -> int:
     return max(0, round(samples / p))
 
 
+def intervals(runs: int, n: int, kind: str, rng: np.random.Generator,
+              group: int = 1) -> np.ndarray:
+    """The time each dump's interval covers, runs × n, in mean dump intervals (each row sums
+    to ``n``), for the dumps of a process whose rounds come unevenly. ``kind``:
+
+    - ``even``: every interval 1;
+    - ``jitter``: uniform in [0.5, 1.5] (a busy machine);
+    - ``loaded``: 1, or with chance 0.15 each a late round (2-4) or a hurried one (0.1-0.3),
+      as when many processes are dumped per round on a loaded machine.
+
+    Runs come in groups of ``group`` sharing one draw (the processes of one session share
+    their rounds; one judgement takes one row of times for all its rows).
+    """
+    draws = -(-runs // group)
+    if kind == "even":
+        dt = np.ones((draws, n))
+    elif kind == "jitter":
+        dt = rng.uniform(0.5, 1.5, (draws, n))
+    elif kind == "loaded":
+        u = rng.uniform(size=(draws, n))
+        dt = np.where(u < 0.15, rng.uniform(2.0, 4.0, (draws, n)),
+                      np.where(u < 0.30, rng.uniform(0.1, 0.3, (draws, n)), 1.0))
+    else:
+        raise ValueError(f"unknown interval kind {kind}")
+    dt *= n / dt.sum(axis=1, keepdims=True)
+    return np.repeat(dt, group, axis=0)[:runs]
+
+
 def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generator,
-             teardown: bool = False) -> Series:
+             teardown: bool = False, dt: np.ndarray | None = None) -> Series:
     """``runs`` independent runs of ``plan`` over ``n`` dumps at sample period ``period``.
 
     With ``teardown`` one more dump follows the last: the program freed everything but
-    ``keep_at_exit`` of it (the dump jemalloc writes at exit after a clean shutdown).
+    ``keep_at_exit`` of it (the dump jemalloc writes at exit after a clean shutdown). With
+    ``dt`` (runs × n, :func:`intervals`) the dumps come at uneven times: a plan's rates are
+    per mean interval, and the program's clock (when a leak starts or stops, a cache's fill
+    and turnover, a flush) runs in that time; without it every interval is 1.
     """
     p = sample_probability(plan.size, period)
     out = np.zeros((runs, n + (1 if teardown else 0)), dtype=np.int64)
@@ -106,21 +137,33 @@ def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generato
     fill_dumps = max(1, round(plan.fill * n))
     per_fill = math.ceil(capacity / fill_dumps) if capacity else 0
     flush_every = plan.flush_every
+    even = dt is None
+    if dt is None:
+        dt = np.ones((runs, n))
+    clock = np.zeros(runs)  # the program's time at the start of each interval
+    before = clock.copy()  # ... and at the start of the one before
     for t in range(n):
-        if leak_objects and start <= t < stop:
-            persistent += rng.binomial(leak_objects, p, runs)
+        step = dt[:, t]
+        if leak_objects:
+            now = (start <= clock) & (clock < stop)
+            born = np.where(now, np.round(leak_objects * step), 0).astype(np.int64)
+            persistent += rng.binomial(born, p)
         if capacity:
-            if flush_every and t % flush_every == 0 and t:
-                cache[:] = 0
-                cache_objects[:] = 0
+            if flush_every and t:
+                # flushed when the program's clock passed a multiple of flush_every
+                flush = np.floor(clock / flush_every) > np.floor(before / flush_every)
+                cache[flush] = 0
+                cache_objects[flush] = 0
             full = cache_objects >= capacity
             if plan.turnover and full.any():
                 # Random eviction: every object leaves with the same chance, sampled or not;
                 # each is replaced by a new object, sampled with probability p.
-                evicted = rng.binomial(capacity, plan.turnover, runs)
-                cache -= np.where(full, rng.binomial(cache, plan.turnover), 0)
+                share = plan.turnover if even else 1.0 - (1.0 - plan.turnover) ** step
+                evicted = rng.binomial(capacity, share, runs)
+                cache -= np.where(full, rng.binomial(cache, share), 0)
                 cache += np.where(full, rng.binomial(evicted, p), 0)
-            grow = np.minimum(per_fill, np.maximum(capacity - cache_objects, 0))
+            grow = np.minimum(np.round(per_fill * step).astype(np.int64),
+                              np.maximum(capacity - cache_objects, 0))
             grow = np.where(full, 0, grow)
             if grow.any():
                 cache += rng.binomial(grow, p)
@@ -135,6 +178,8 @@ def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generato
             objects = np.maximum(np.round(np.asarray(mean) / p), 0).astype(np.int64)
             level = rng.binomial(np.broadcast_to(objects, (runs,)), p)
         out[:, t] = persistent + cache + level
+        before = clock.copy()
+        clock += step
     if teardown:
         live = out[:, n - 1]
         out[:, n] = rng.binomial(live, plan.keep_at_exit) if plan.keep_at_exit else 0
@@ -387,21 +432,26 @@ def _pool_blocks(total: float, cap: float) -> list[int]:
 
 
 def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
-                    rng: np.random.Generator) -> BlockSeries:
-    """``runs`` independent runs of ``plan`` over ``n`` dumps at sample period ``period``."""
+                    rng: np.random.Generator, dt: np.ndarray | None = None) -> BlockSeries:
+    """``runs`` independent runs of ``plan`` over ``n`` dumps at sample period ``period``;
+    with ``dt`` at uneven times, as in :func:`simulate`."""
     counts = np.zeros((runs, n), dtype=np.int64)
     raw = np.zeros((runs, n), dtype=np.float64)
     start, stop = plan.start * n, plan.stop * n
+    even = dt is None
+    steps = np.ones((runs, n)) if dt is None else dt
     for r in range(runs):
         live: list[tuple[int, bool]] = []  # (size, sampled) of each live object
         grown = plan.preload  # dumps' worth of growth so far (pool: in bytes below)
         phase = rng.uniform()
         pooled = plan.preload * plan.rate
+        clock = 0.0  # the program's time at the start of the interval
         for t in range(n):
-            growing = start <= t < stop
+            step = float(steps[r, t])
+            growing = start <= clock < stop
             if plan.kind == "pool":
                 if growing:
-                    pooled += plan.rate * (1 + plan.jitter * rng.uniform(-1, 1))
+                    pooled += plan.rate * step * (1 + plan.jitter * rng.uniform(-1, 1))
                 want = _pool_blocks(pooled, plan.cap)
                 for size in want[len(live):]:
                     live.append((size, rng.uniform() < sample_probability(size, period)))
@@ -409,21 +459,22 @@ def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
                 if growing:
                     if plan.regular:
                         before = math.floor(grown * plan.rate + phase)
-                        grown += 1
+                        grown += step
                         new = math.floor(grown * plan.rate + phase) - before
                     else:
-                        new = int(rng.poisson(plan.rate))
+                        new = int(rng.poisson(plan.rate * step))
                     p = sample_probability(plan.size, period)
                     live += [(plan.size, bool(rng.uniform() < p)) for _ in range(new)]
             elif plan.kind == "cache":
                 p = sample_probability(plan.size, period)
-                target = plan.cap * min(1.0, (t + 1) / max(1.0, plan.fill * n))
+                target = plan.cap * min(1.0, (clock + step) / max(1.0, plan.fill * n))
                 while len(live) < math.floor(target):
                     live.append((plan.size, bool(rng.uniform() < p)))
                 if len(live) >= plan.cap and plan.turnover:
                     # evicted objects leave; a random share of their replacements arrived by
                     # the time of the dump
-                    out = rng.binomial(len(live), plan.turnover)
+                    share = plan.turnover if even else 1.0 - (1.0 - plan.turnover) ** step
+                    out = rng.binomial(len(live), share)
                     for _ in range(out):
                         live.pop(int(rng.integers(len(live))))
                     back = out if rng.uniform() < 0.5 else int(rng.binomial(out, 0.5))
@@ -434,7 +485,7 @@ def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
                         for _ in range(int(rng.poisson(plan.rate)))]
             elif plan.kind == "vector":
                 # linear fill to the cap over `fill` of the series; capacity doubles
-                used = plan.cap * min(1.0, (t + 1) / max(1.0, plan.fill * n))
+                used = plan.cap * min(1.0, (clock + step) / max(1.0, plan.fill * n))
                 size = 64 * KIB
                 while size < used:
                     size *= 2
@@ -445,6 +496,7 @@ def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
             sampled = [s for s, kept in live if kept]
             counts[r, t] = len(sampled)
             raw[r, t] = float(sum(sampled))
+            clock += step
     return BlockSeries(counts, raw, period)
 
 
@@ -515,17 +567,19 @@ def block_null_cases() -> list[BlockCase]:
     return cases
 
 
-def observe(case: Case | BlockCase, runs: int, rng: np.random.Generator
+def observe(case: Case | BlockCase, runs: int, rng: np.random.Generator,
+            dt: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
     """``runs`` runs of ``case`` as a dump series shows them: (sampled counts, estimated
     bytes, estimated objects), runs × dumps, and the true leak rate in bytes per dump (None
-    where the truth is not a leak, or not one rate: a leak that starts late)."""
+    where the truth is not a leak, or not one rate: a leak that starts late). With ``dt``
+    (:func:`intervals`) the dumps come at uneven times; the rate is per mean interval."""
     if isinstance(case, BlockCase):
-        b = simulate_blocks(case.plan, case.n, case.period, runs, rng)
+        b = simulate_blocks(case.plan, case.n, case.period, runs, rng, dt)
         p = case.plan
         rate = (p.rate if p.kind == "pool" else p.rate * p.size) if p.truth == LEAK else None
         return b.counts.astype(float), b.bytes, b.objects, rate
-    s = simulate(case.plan, case.n, case.period, runs, rng)
+    s = simulate(case.plan, case.n, case.period, runs, rng, dt=dt)
     c = s.counts.astype(float)
     leaking = case.plan.truth == LEAK and not case.plan.leak_start
     # the simulator allocates whole objects: the rate is theirs, not the plan's samples

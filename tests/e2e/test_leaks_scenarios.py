@@ -117,7 +117,13 @@ _SHORT = {"startup_table": Site(STEADY), "leak_fast": Site(LEAK),
 # still counts (fails closed). Seen once in CI.
 _SHORT3 = {**_SHORT, "leak_fast": Site(GROWING_OR_LEAK),
            "leak_slow": Site(GROWING_OR_LEAK | STEADY)}
-_WORKER = {"load_config": Site(STEADY), "handle_requests": Site(NOT_GROWING)}
+# A worker's request buffers (Poisson(16) samples renewed every dump) read `growing` ("take
+# more dumps") in ~0.3% of 41-dump series (judge_counts on simulated Poisson(12-50) levels:
+# 0.3-0.7%), and workers 1 and 3 draw the same samples (forked from one parent, they inherit
+# jemalloc's sampling state and do the same work), so both read alike: seen once in CI.
+# Never a leak, never bounded.
+_WORKER = {"load_config": Site(STEADY),
+           "handle_requests": Site(NOT_GROWING | frozenset({"growing"}))}
 
 
 @dataclass(frozen=True)
@@ -467,8 +473,11 @@ def test_prefork_process_verdicts(series: SeriesRuns) -> None:
     by_pid = {int(p["pid"]): p for p in run.processes}
     assert set(run.roles) <= set(by_pid), run.describe()
     for pid, role in run.roles.items():
-        want = "leaks" if role == "worker2" else "clean"
-        assert by_pid[pid]["verdict"] == want, f"{role}\n{run.describe()}"
+        # `undecided` for a worker whose request buffers read `growing` (see _WORKER);
+        # --fail-on-leak counts it (fails closed).
+        want = {"leaks"} if role == "worker2" else \
+            {"clean"} if role == "parent" else {"clean", "undecided"}
+        assert by_pid[pid]["verdict"] in want, f"{role}\n{run.describe()}"
         assert by_pid[pid]["dumps"] >= (2 if role == "parent" else STEPS), run.describe()
     _, leak = run.one("leak_in_worker", "worker2")
     assert leak["pid"] == run.pid("worker2") and leak["verdict"] == "leak"

@@ -168,19 +168,10 @@ def _trends(c: np.ndarray, y: np.ndarray, o: np.ndarray, pick: np.ndarray,
             times: list[float] | None) -> list[trend.Trend]:
     """The trend of each row ``pick`` names (in its order), a block at a time."""
     trends: list[trend.Trend] = []
-    spread = trend.uneven(times)
     for rows in _blocks(pick, c.shape[0], c.shape[1]):
         cb, yb, ob = c[rows], y[rows], o[rows]
-        j = trend.judge_counts(cb, yb, ob)
-        for i, t in enumerate(trend.describe_all(j, cb, yb, times)):
-            # Growth that stopped per dump but not in time (dumps that came unevenly) is not
-            # bounded: it is growing, and its process is never called clean for it.
-            if spread and t.verdict == trend.BOUNDED and times is not None and \
-                    not trend.stopped_in_time(cb[i], times, int(j.first_growth[i])):
-                # ... unless it rose by a sample or two: too few to rest a pace on either way
-                small = cb[i, -1] - cb[i, 0] < trend.MIN_NEW_SAMPLES
-                t = t.with_verdict(trend.STEADY if small else trend.GROWING)
-            trends.append(t)
+        j = trend.judge_counts(cb, yb, ob, times)
+        trends.extend(trend.describe_all(j, cb, yb, times))
     return trends
 
 

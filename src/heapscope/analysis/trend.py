@@ -95,27 +95,6 @@ def uneven(times: list[float] | None) -> bool:
     return min(steps) <= 0 or max(steps) > UNEVEN * min(steps)
 
 
-def stopped_in_time(c: Matrix, times: list[float], first: int) -> bool:
-    """For one row of counts at uneven ``times``: did growth stop in time, and not only per
-    dump? The last third must have gained significantly fewer samples than the earlier pace
-    per second predicts over its own duration (one-sided 1%, counting noise of the
-    predicted samples): a steady leak whose later dumps came close together gains little
-    per dump there, but no less per second."""
-    n = len(times)
-    t0 = windows(n)[1]
-    start = first if t0 - first >= 3 else 0
-    # The pace is measured up to the last dump before the last third that brought a rise:
-    # a table filled in the first seconds and flat since did not grow at its average pace.
-    rose = np.flatnonzero(np.diff(c[start:t0 + 1]) > 0)
-    end = start + int(rose[-1]) + 1 if rose.size else t0
-    span_before, span_after = times[end] - times[start], times[-1] - times[t0]
-    if span_before <= 0 or span_after <= 0:
-        return True  # nothing to compare: the per-dump test stands
-    expected = max(float(c[end] - c[start]), 0.0) * span_after / span_before
-    observed = float(c[-1] - c[t0])
-    return (expected - observed) / math.sqrt(max(expected, 1.0)) >= Z_SLOWDOWN
-
-
 def windows(n: int) -> tuple[int, int]:
     """(first dump of the recent window, first dump of the last third) for ``n`` dumps."""
     h = n if n <= MIN_WINDOW else max(MIN_WINDOW, math.ceil(n / 2))
@@ -245,13 +224,15 @@ def _ratio(num: Matrix, den: Matrix) -> Matrix:
                           dtype=np.float64)
 
 
-def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = None
-                 ) -> Judged:
+def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = None,
+                 times: list[float] | None = None) -> Judged:
     """Judge each row of ``c`` (sampled counts, one column per dump, oldest first).
 
     With ``y`` (estimated live bytes) and ``objects`` (estimated live objects) of the same
     shape, each row is judged in its own units with the sampling noise its objects' sizes
-    imply (:func:`units`); without them every sample counts as a Poisson one.
+    imply (:func:`units`); without them every sample counts as a Poisson one. With the
+    dumps' ``times`` (seconds), when they came at uneven intervals (:func:`uneven`), whether
+    growth slowed down is asked in time rather than per dump (:func:`_slowdown_in_time`).
     """
     rows, n = c.shape
     if n < 2:
@@ -270,6 +251,16 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     slow = _slowdown(sums, n, t0, first, never_fell, phi)
     rise, rise_z = _rise(x, t0, phi)
     stopped = _stopped(x, t0, rise, phi)
+    if times is not None and len(times) == n and uneven(times):
+        # Dumps at uneven intervals gain unevenly per dump: a steady leak whose last dumps
+        # came close together seems to slow down, a cache whose last dumps came far apart
+        # seems not to. Slowing down is a question about time; where the times allow it,
+        # they answer it, for the pace of the last third and for its level alike.
+        ts = np.asarray(times, dtype=np.float64)
+        in_time = _slowdown_in_time(x, ts, t0, first, d.s_p2, d.s_t2)
+        slow = np.where(np.isnan(in_time), slow, in_time)
+        levels = _stopped(x, t0, rise, phi, ts)
+        stopped = np.where(np.isnan(levels), stopped, levels)
     t_z, t_crit = _tail_drift(sums, n, t0, phi)
     crit = _critical(d.df, ALPHA_LEAK)
     crit_growing = _critical(d.df, normal_sf(Z_GROWING))
@@ -503,6 +494,44 @@ def _slowdown(sums: Sums, n: int, t0: int, first: Index,
     return _ratio(b_before - b_last, np.sqrt(v))
 
 
+def _slowdown_in_time(x: Matrix, t: Matrix, t0: int, first: Index, s_p2: Matrix,
+                      s_t2: Matrix) -> Matrix:
+    """z of "the last third gained fewer samples than the earlier pace per second predicts
+    over its own duration", for dumps at times ``t``; NaN where there is nothing to compare
+    (too short a series, or times that do not advance).
+
+    The earlier pace runs from where growth began up to the last dump before the last third
+    that brought a rise (a table filled in the first seconds and flat since did not grow at
+    its average pace). Each stretch's gain is uncertain by the persistent part's wander over
+    its duration (the per-dump wander spread over the seconds a dump covers on average), at
+    least a Poisson count of the samples gained (new objects arriving at random, sampled or
+    not, are a Poisson count of samples), plus the transient part at both of its ends.
+    """
+    rows, n = x.shape
+    if t0 < 3 or t[-1] <= t[0]:
+        return np.full(rows, np.nan)
+    r = np.arange(rows)
+    start = np.where(t0 - first >= 3, first, 0).astype(np.int64)
+    rises = np.diff(x[:, :t0 + 1], axis=1) > TINY  # [k]: dump k+1 rose above dump k
+    rises &= np.arange(t0)[None, :] >= start[:, None]
+    last = t0 - 1 - np.argmax(rises[:, ::-1], axis=1)
+    end = np.where(rises.any(axis=1), last + 1, t0)
+    span1, span2 = t[end] - t[start], float(t[-1] - t[t0])
+    g1 = np.maximum(x[r, end] - x[r, start], 0.0)
+    g2 = x[:, -1] - x[:, t0]
+    ok = (span1 > 0) & (span2 > 0)
+    ratio = np.where(ok, span2 / np.where(span1 > 0, span1, 1.0), 0.0)
+    expected = g1 * ratio
+    per_s = np.maximum(s_p2, 0.0) * (n - 1) / float(t[-1] - t[0])
+    t2 = np.maximum(s_t2, 0.0)
+    v1 = np.maximum(per_s * span1, g1) + 2.0 * t2
+    v2 = np.maximum(per_s * span2, expected) + 2.0 * t2
+    # Stretches that meet at the third's first dump share its transient part.
+    v = ratio * ratio * v1 + v2 + np.where(end == t0, 2.0 * ratio * t2, 0.0)
+    z = _ratio(expected - g2, np.sqrt(np.maximum(v, 1.0)))
+    return np.where(ok, z, np.nan)
+
+
 def _rise(c: Matrix, t0: int, phi: Matrix) -> tuple[Matrix, Matrix]:
     """(rise, z): the last third's mean level against the first dump's, each uncertain by
     the last third's spread and at least by its counting noise (c samples, by sqrt(c))."""
@@ -533,12 +562,14 @@ def _tail_drift(sums: Sums, n: int, t0: int, phi: Matrix) -> tuple[Matrix, float
                                                   normal_sf(Z_GROWING))
 
 
-def _stopped(c: Matrix, t0: int, rise: Matrix, phi: Matrix) -> Matrix:
+def _stopped(c: Matrix, t0: int, rise: Matrix, phi: Matrix,
+             times: Matrix | None = None) -> Matrix:
     """z of "the last third lies below where continued growth would have put it".
 
     Compares the mean level of the last third with the third before it (each uncertain by
     its own spread or, at least, its counting noise), against the rise the earlier pace
-    predicts over that distance. NaN when the series is too short to have two thirds.
+    predicts over that distance: counted in dumps, or in seconds with the dumps' ``times``.
+    NaN when the series is too short to have two thirds.
     """
     rows, n = c.shape
     t = n - t0
@@ -549,8 +580,14 @@ def _stopped(c: Matrix, t0: int, rise: Matrix, phi: Matrix) -> Matrix:
     se = np.sqrt(np.maximum(tail.var(axis=1, ddof=1), phi * tail_mean) / t
                  + np.maximum(mid.var(axis=1, ddof=1), phi * mid_mean) / t)
     # Distance from the first dump to the last third's centre, against the thirds' distance.
-    span = n - (t + 1) / 2.0
-    expected = rise * t / span
+    if times is None:
+        span, apart = n - (t + 1) / 2.0, float(t)
+    else:
+        centre = float(times[t0:].mean())
+        span, apart = centre - float(times[0]), centre - float(times[t0 - t:t0].mean())
+        if span <= 0 or apart <= 0:
+            return np.full(rows, np.nan)
+    expected = rise * apart / span
     return _ratio(expected - (tail_mean - mid_mean), se)
 
 
@@ -729,4 +766,4 @@ def classify(values: list[float], counts: list[float] | None = None,
     them every byte counts as one sample's worth, i.e. exact counting)."""
     y = np.asarray([values], dtype=np.float64)
     c = np.asarray([counts], dtype=np.float64) if counts is not None else y.copy()
-    return describe(judge_counts(c), 0, c, y, times)
+    return describe(judge_counts(c, times=times), 0, c, y, times)
