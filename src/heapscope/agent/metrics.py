@@ -2,7 +2,8 @@
 
 Per process: live bytes (jemalloc's estimate at the last dump) and RSS. Per site, for the
 top K sites of each process by the leak ranking: live bytes, growth per second over the
-judged window, and 1/0 for a ``leak`` verdict; the other sites are summed in one series with
+judged window, and 1/0 for a ``leak`` verdict (held while it reads ``growing``, see
+:func:`heapscope.agent.watch.hold`); the other sites are summed in one series with
 ``function="other"``, so the number of series stays bounded whatever the program does.
 Counters: dumps taken, failed and dropped per service; a histogram of the pause each dump
 cost its target. A process in a container also has ``heapscope_process_container_info``,
@@ -59,7 +60,8 @@ class AgentCollector(Collector):
                                    "Growth of the site over the judged window",
                                    labels=SITE_LABELS)
         leak = GaugeMetricFamily("heapscope_site_leak",
-                                 "1 when the site's verdict over the window is leak, else 0",
+                                 "1 when the site's verdict over the window is leak, and "
+                                 "while a leak's verdict stays growing; else 0",
                                  labels=SITE_LABELS)
         judged = GaugeMetricFamily("heapscope_process_window_dumps",
                                    "Dumps the process's verdicts rest on", labels=PROC_LABELS)
@@ -128,11 +130,11 @@ def _sites(w: Watched, top: int) -> Iterable[tuple[list[str], float, float, bool
         g = float(per_s or 0.0)
         if i < top:
             labels = [*proc, label_value(f.function), label_value(f.file), str(f.line)]
-            yield labels, float(f.bytes), g, f.verdict == "leak"
+            yield labels, float(f.bytes), g, f.stack in w.held
         else:
             rest_bytes += f.bytes
             rest_growth += g
-            rest_leak = rest_leak or f.verdict == "leak"
+            rest_leak = rest_leak or f.stack in w.held
     if len(sites) > top:
         yield [*proc, "other", "", "0"], rest_bytes, rest_growth, rest_leak
 
