@@ -145,8 +145,14 @@ def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generato
     for t in range(n):
         step = dt[:, t]
         if leak_objects:
-            now = (start <= clock) & (clock < stop)
-            born = np.where(now, np.round(leak_objects * step), 0).astype(np.int64)
+            if even:
+                span = np.where((start <= clock) & (clock < stop), 1.0, 0.0)
+            else:
+                # the part of the interval within [start, stop): an interval that straddles
+                # the leak's end holds only the growth up to it
+                span = np.clip(np.minimum(clock + step, stop) - np.maximum(clock, start),
+                               0.0, None)
+            born = np.round(leak_objects * span).astype(np.int64)
             persistent += rng.binomial(born, p)
         if capacity:
             if flush_every and t:
@@ -449,9 +455,14 @@ def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
         for t in range(n):
             step = float(steps[r, t])
             growing = start <= clock < stop
+            span = step  # the part of the interval the site grows in
+            if not even:
+                # the part within [start, stop), as in simulate
+                span = max(0.0, min(clock + step, stop) - max(clock, start))
+                growing = span > 0
             if plan.kind == "pool":
                 if growing:
-                    pooled += plan.rate * step * (1 + plan.jitter * rng.uniform(-1, 1))
+                    pooled += plan.rate * span * (1 + plan.jitter * rng.uniform(-1, 1))
                 want = _pool_blocks(pooled, plan.cap)
                 for size in want[len(live):]:
                     live.append((size, rng.uniform() < sample_probability(size, period)))
@@ -459,10 +470,10 @@ def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
                 if growing:
                     if plan.regular:
                         before = math.floor(grown * plan.rate + phase)
-                        grown += step
+                        grown += span
                         new = math.floor(grown * plan.rate + phase) - before
                     else:
-                        new = int(rng.poisson(plan.rate * step))
+                        new = int(rng.poisson(plan.rate * span))
                     p = sample_probability(plan.size, period)
                     live += [(plan.size, bool(rng.uniform() < p)) for _ in range(new)]
             elif plan.kind == "cache":

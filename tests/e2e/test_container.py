@@ -257,14 +257,20 @@ def test_run_every_follows_a_child_into_its_root(root: Path, libjemalloc: Path,
     env["HEAPSCOPE_CACHE_DIR"] = str(tmp_path / "cache")
     run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-    # Rounds every 0.5 s for 4 s once the service runs, then SIGTERM to it, as its operator
-    # would (unshare --fork ignores SIGTERM while it waits): it writes its dump at exit.
+    # Rounds every 0.5 s until four of them brought the service's dump (on a loaded machine
+    # a round through gdb can take seconds: counted, not timed), then SIGTERM to it, as its
+    # operator would (unshare --fork ignores SIGTERM while it waits): it writes its dump at
+    # exit.
     deadline = time.monotonic() + 60
     try:
         while (svc := _descendant(EXE, run.pid)) is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert svc is not None, "the service did not start"
-        time.sleep(4)
+        # (Its dumps wait in a folder inside its root until the run ends.)
+        deadline = time.monotonic() + 60
+        while len(list(root.rglob("jeprof.*.m*.heap"))) < 4 and \
+                time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
         os.kill(svc, signal.SIGTERM)
         _, err = run.communicate(timeout=120)
     finally:
@@ -280,7 +286,7 @@ def test_run_every_follows_a_child_into_its_root(root: Path, libjemalloc: Path,
     pid = svc[0]["pid"]
     dumps = sorted(p.name for p in (session / "dumps").glob(f"jeprof.{pid}.*.heap"))
     # Named with the host pid (jemalloc named them with pid 1, its own), the exit dump too.
-    assert len(dumps) >= 5 and any(".f.heap" in d for d in dumps), (dumps, err)
+    assert len(dumps) >= 5 and any(".f.heap" in d for d in dumps), (dumps, err[-3000:])
     first = doc["suspects"][0]
     assert (first["function"], first["line"], first["pid"]) == \
         ("leak_in_container", LEAK_LINE, pid), (doc["suspects"][:2], err)

@@ -84,6 +84,7 @@ TINY = 1e-6  # sample units: differences below this are rounding
 
 
 UNEVEN = 1.5  # dumps whose intervals differ by more than this factor are uneven
+WARP_CV = 0.5  # ... and whose intervals' spread is this share of their mean: see _scattered
 
 
 def uneven(times: list[float] | None) -> bool:
@@ -240,23 +241,32 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     x, phi, per_object = units(c, y, objects)
     if n == 2:
         return _two_dumps(x, phi)
-    sums = Sums(x)
     w0, t0 = windows(n)
+    ts = np.asarray(times, dtype=np.float64) if times is not None and len(times) == n \
+        and uneven(times) else None
+    sums = Sums(x)
     first = hinge(x)
     # A count that never fell had nothing (sampled) freed between dumps: every step is new
     # objects. Where the dumps count every object (φ small), that is exact.
     never_fell = np.all(np.diff(c, axis=1) >= 0, axis=1)
     exact = phi <= EXACT
-    d = _drift(x, sums, w0, first, never_fell, phi, exact)
+    if ts is None or not _scattered(ts):
+        d = _drift(x, sums, w0, first, never_fell, phi, exact)
+    else:
+        # Dumps at uneven times: a steady pace gains more over a long interval than over a
+        # short one, which the increments' spread would count as noise. The noise is taken
+        # from the series as it would read at even times (without its growth in time, the
+        # spread is the same: the test keeps its level where nothing grows).
+        xe = _even_times(x, ts, w0)
+        d = _drift(x, sums, w0, first, never_fell, phi, exact, (xe, Sums(xe)))
     slow = _slowdown(sums, n, t0, first, never_fell, phi)
     rise, rise_z = _rise(x, t0, phi)
     stopped = _stopped(x, t0, rise, phi)
-    if times is not None and len(times) == n and uneven(times):
+    if ts is not None:
         # Dumps at uneven intervals gain unevenly per dump: a steady leak whose last dumps
         # came close together seems to slow down, a cache whose last dumps came far apart
         # seems not to. Slowing down is a question about time; where the times allow it,
         # they answer it, for the pace of the last third and for its level alike.
-        ts = np.asarray(times, dtype=np.float64)
         in_time = _slowdown_in_time(x, ts, t0, first, d.s_p2, d.s_t2)
         slow = np.where(np.isnan(in_time), slow, in_time)
         levels = _stopped(x, t0, rise, phi, ts)
@@ -411,10 +421,13 @@ def _steps(c: Matrix, win: Index) -> Matrix:
 
 
 def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray[np.bool_],
-           phi: Matrix, exact: npt.NDArray[np.bool_]) -> _Drift:
+           phi: Matrix, exact: npt.NDArray[np.bool_],
+           noise: tuple[Matrix, Sums] | None = None) -> _Drift:
     """Positive drift over the recent window, with the noise of the persistent/transient
-    model (see the module's docstring)."""
+    model (see the module's docstring), estimated from ``noise`` (the series and its sums)
+    when given, else from ``c`` itself."""
     rows, n = c.shape
+    cn, sn = noise if noise is not None else (c, sums)
     full = np.full(rows, n, dtype=np.int64)
     # Where nothing was freed, the whole stretch since growth began is the persistent
     # part's record: the window reaches back to it (a late leak is judged from its start).
@@ -424,10 +437,19 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
     # an earlier fill only widen it, the safe side); new samples arrive as a Poisson count,
     # so the persistent variance is at least the window's mean step.
     pace = np.maximum(sums.moments(win, full)[0], 0.0)
-    _mean, var, cov = sums.moments(np.zeros(rows, dtype=np.int64), full)
-    s_p2, s_t2, split = split_noise(n - 1, var, cov)
+    zero = np.zeros(rows, dtype=np.int64)
+    _mean, var, cov = sums.moments(zero, full)
+    if noise is not None:
+        # The series at even times had its growth in time fitted and taken out: one degree
+        # of freedom fewer for its spread (a fitted line leaves less scatter than the true).
+        _m, var_n, cov_n = sn.moments(zero, full)
+        grow = (n - 2) / (n - 3) if n > 3 else 1.0
+        var, cov = var_n * grow, cov_n * grow
+        s_p2, s_t2, split = split_noise(n - 1, var, cov)
+    else:
+        s_p2, s_t2, split = split_noise(n - 1, var, cov)
     if split.any() and n >= VARIOGRAM_MIN:
-        s_p2[split], s_t2[split] = variogram(c[split])
+        s_p2[split], s_t2[split] = variogram(cn[split])
     # Counted exactly, a record that never fell is the arrivals themselves: whether they
     # wander (a Poisson stream) or keep a rhythm (a steady request rate filling blocks) shows
     # in the gains over long lags, which no sampling noise blurs.
@@ -437,7 +459,7 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
     # row: the same numbers as one call per row, without a call per row).
     for start in np.unique(win[walks]):
         rows_at = walks[win[walks] == start]
-        vp, vt = variogram(c[rows_at, int(start):])
+        vp, vt = variogram(cn[rows_at, int(start):])
         s_p2[rows_at], s_t2[rows_at], split[rows_at] = vp, vt, True
     # The sampling noise of new samples is a floor: φ per unit (Poisson for small objects).
     s_p2 = np.maximum(s_p2, pace * phi)
@@ -457,7 +479,9 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
         ends = c[np.arange(rows), win]
         level = np.sqrt(np.maximum(phi * (c[:, -1] + ends), 1.0))
         poisson &= c[:, -1] - ends >= normal_isf_leak() * level
-    df = np.where(poisson, np.inf, np.maximum(np.where(split, n - 3.0, n - 2.0), 1.0))
+    fitted = 1.0 if noise is not None else 0.0
+    df = np.where(poisson, np.inf,
+                  np.maximum(np.where(split, n - 3.0, n - 2.0) - fitted, 1.0))
     return _Drift(win, slope, se, z, df, s_p2, s_t2)
 
 
@@ -492,6 +516,30 @@ def _slowdown(sums: Sums, n: int, t0: int, first: Index,
     g_t2 = np.where(never_fell, 0.0, g_t2)
     v = slope_variance(t0 - start, g_p2, g_t2) + slope_variance(n - t0, g_p2, g_t2)
     return _ratio(b_before - b_last, np.sqrt(v))
+
+
+def _scattered(t: Matrix) -> bool:
+    """True when the dumps' intervals vary by more than WARP_CV of their mean (standard
+    deviation over mean): enough that the pace's share of the increments' spread outweighs
+    the degree of freedom that taking it out costs (simulated: a loaded machine's late and
+    hurried rounds, CV ~0.9, gain; intervals jittered ±50%, CV 0.29, lose a little)."""
+    steps = np.diff(t)
+    mean = float(steps.mean())
+    return mean > 0 and float(steps.std()) > WARP_CV * mean
+
+
+def _even_times(x: Matrix, t: Matrix, w0: int) -> Matrix:
+    """Each row as it would read at even intervals: its growth in time over the recent
+    window (least squares on the dumps' seconds) moved from each dump's own time to where
+    the dump would have come at even intervals between the first and the last."""
+    n = x.shape[1]
+    tw = t[w0:] - t[w0:].mean()
+    sxx = float(tw @ tw)
+    if sxx <= 0:
+        return x
+    rate = (x[:, w0:] - x[:, w0:].mean(axis=1, keepdims=True)) @ tw / sxx
+    even = t[0] + (t[-1] - t[0]) * np.arange(n) / (n - 1)
+    return np.asarray(x - rate[:, None] * (t - even)[None, :], dtype=np.float64)
 
 
 def _slowdown_in_time(x: Matrix, t: Matrix, t0: int, first: Index, s_p2: Matrix,
