@@ -233,7 +233,9 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     shape, each row is judged in its own units with the sampling noise its objects' sizes
     imply (:func:`units`); without them every sample counts as a Poisson one. With the
     dumps' ``times`` (seconds), when they came at uneven intervals (:func:`uneven`), whether
-    growth slowed down is asked in time rather than per dump (:func:`_slowdown_in_time`).
+    growth slowed down is asked in time rather than per dump (:func:`_slowdown_in_time`),
+    and where the intervals scatter widely (:func:`_scattered`) the drift's noise is taken
+    from the series moved to even times (:func:`_even_times`).
     """
     rows, n = c.shape
     if n < 2:
@@ -255,8 +257,8 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     else:
         # Dumps at uneven times: a steady pace gains more over a long interval than over a
         # short one, which the increments' spread would count as noise. The noise is taken
-        # from the series as it would read at even times (without its growth in time, the
-        # spread is the same: the test keeps its level where nothing grows).
+        # from the series as it would read at even times. Where nothing grows there is
+        # nothing to move, and the spread (hence the test's level) is what it was.
         xe = _even_times(x, ts, w0)
         d = _drift(x, sums, w0, first, never_fell, phi, exact, (xe, Sums(xe)))
     slow = _slowdown(sums, n, t0, first, never_fell, phi)
@@ -445,9 +447,7 @@ def _drift(c: Matrix, sums: Sums, w0: int, first: Index, never_fell: npt.NDArray
         _m, var_n, cov_n = sn.moments(zero, full)
         grow = (n - 2) / (n - 3) if n > 3 else 1.0
         var, cov = var_n * grow, cov_n * grow
-        s_p2, s_t2, split = split_noise(n - 1, var, cov)
-    else:
-        s_p2, s_t2, split = split_noise(n - 1, var, cov)
+    s_p2, s_t2, split = split_noise(n - 1, var, cov)
     if split.any() and n >= VARIOGRAM_MIN:
         s_p2[split], s_t2[split] = variogram(cn[split])
     # Counted exactly, a record that never fell is the arrivals themselves: whether they
