@@ -40,6 +40,15 @@ def test_callers_as_written(tmp_path: Path, level: str) -> None:
     assert {name: counts.get(name) for name in BY_HAND} == BY_HAND
 
 
+@pytest.mark.parametrize("level", ["-O0", "-O1", "-O2"])
+def test_callers_through_a_librarys_own_plt(tmp_path: Path, level: str) -> None:
+    """The same code as a shared library (default visibility): it calls its own exported
+    functions through its PLT, and those calls count as the direct ones do."""
+    library = _build(tmp_path / "libcc.so", level, "-g", "-fPIC", "-shared")
+    counts = caller_counts(str(library))
+    assert {name: counts.get(name) for name in BY_HAND} == BY_HAND
+
+
 def test_a_stripped_program_says_nothing(tmp_path: Path) -> None:
     # Without .symtab its functions have no names to count by (they are not exported).
     binary = _build(tmp_path / "cc", "-O1")

@@ -7,14 +7,18 @@ holds a ``call rel32`` (``E8``) or ``jmp rel32`` (``E9``, a tail call) aimed at 
 first byte. The executable segments are scanned as bytes, not disassembled: a stray ``E8``
 byte inside another instruction names a random target, and landing exactly on a function's
 start by chance is rare enough to be noise next to the counts that matter (it can only add
-a caller). Calls through the PLT, through pointers, or from other modules are not counted:
-the count is a lower bound of the program's direct callers. Other architectures give no
-evidence (an empty answer), never a guess.
+a caller). A shared library calls its own exported functions through its PLT (unless built
+with hidden visibility): a call aimed at a PLT entry whose GOT slot the file's own
+``JUMP_SLOT`` relocation binds to a function the file defines counts for that function.
+Calls through pointers, or from other modules, are not counted: the count is a lower bound
+of the program's direct callers. Other architectures give no evidence (an empty answer),
+never a guess.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from array import array
 from typing import TYPE_CHECKING
@@ -81,16 +85,23 @@ def _count(path: str) -> dict[str, int]:
             if sum(seg.p_filesz for seg in segments) > MAX_CODE:
                 return {}
             code = [(seg.p_vaddr, elf.segment_data(seg)) for seg in segments]
+            stubs = plt_stubs(elf)
         functions = SymbolTable.read(path).functions()
-    except (ElfError, OSError):
+    except (ElfError, OSError, struct.error):
         return {}
     if not functions or not code:
         return {}
-    counts = (direct_callers(code, functions) if core is not None
-              else direct_callers_numpy(code, functions))
+    # PLT entries are counted as functions of their own, then added to the function each
+    # one reaches (the callers through it are others than the direct ones, or the same
+    # function calling both ways, which is rare: a sum).
+    stub_starts = {start for start, _, _ in stubs}
+    table = sorted([*functions, *(s for s in stubs if s[0] not in
+                                  {f[0] for f in functions})])
+    counts = (direct_callers(code, table) if core is not None
+              else direct_callers_numpy(code, table))
     # Aliases (names sharing a start) were counted on the first of them: each gets it.
     by_start: dict[int, int] = {}
-    for (start, _, _), n in zip(functions, counts, strict=True):
+    for (start, _, _), n in zip(table, counts, strict=True):
         if n:
             by_start[start] = max(by_start.get(start, 0), n)
     out: dict[str, int] = {}
@@ -98,6 +109,56 @@ def _count(path: str) -> dict[str, int]:
         n = by_start.get(start, 0)
         if n:
             out[name] = max(out.get(name, 0), n)
+    for start, _, name in stubs:
+        n = by_start.get(start, 0) if start in stub_starts else 0
+        if n:
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+R_X86_64_JUMP_SLOT = 7
+STT_FUNC = 2
+PLT_ENTRY = 16  # bytes of one x86-64 PLT entry (.plt and .plt.sec alike)
+
+
+def plt_stubs(elf: ElfHeaders) -> list[tuple[int, int, str]]:
+    """``(start, end, name)`` of the PLT entries of ``elf`` that reach a function ``elf``
+    itself defines: each entry's ``jmp *GOT(%rip)`` read for its GOT slot, the slot's
+    ``JUMP_SLOT`` relocation for the symbol. Empty when there is no PLT."""
+    rela = elf.section_by_name(".rela.plt")
+    stubs = elf.section_by_name(".plt.sec") or elf.section_by_name(".plt")
+    if rela is None or stubs is None or not rela.has_data or not stubs.has_data:
+        return []
+    dynsym = elf.section(rela.sh_link)
+    dynstr = elf.section(dynsym.sh_link) if dynsym is not None else None
+    if dynsym is None or dynstr is None:
+        return []
+    syms, strings, relocs = elf.data(dynsym), elf.data(dynstr), elf.data(rela)
+    slots: dict[int, str] = {}
+    for offset, info, _addend in struct.iter_unpack("<QQq", relocs[:len(relocs) // 24 * 24]):
+        index = info >> 32
+        if info & 0xFFFFFFFF != R_X86_64_JUMP_SLOT or (index + 1) * 24 > len(syms):
+            continue
+        name_at, kind, _other, shndx, _value, _size = struct.unpack_from("<IBBHQQ", syms,
+                                                                         index * 24)
+        if shndx == 0 or kind & 0xF != STT_FUNC:
+            continue  # another module's function, or not a plain function
+        end = strings.find(b"\0", name_at)
+        if end > name_at:
+            slots[offset] = strings[name_at:end].decode("utf-8", "replace")
+    if not slots:
+        return []
+    code = elf.data(stubs)
+    first = 0 if stubs.name == ".plt.sec" else PLT_ENTRY  # .plt starts with its resolver
+    out = []
+    for at in range(first, len(code) - PLT_ENTRY + 1, PLT_ENTRY):
+        jump = code.find(b"\xff\x25", at, at + PLT_ENTRY - 5)
+        if jump < 0:
+            continue
+        (disp,) = struct.unpack_from("<i", code, jump + 2)
+        name = slots.get(stubs.sh_addr + jump + 6 + disp)
+        if name is not None:
+            out.append((stubs.sh_addr + at, stubs.sh_addr + at + PLT_ENTRY, name))
     return out
 
 

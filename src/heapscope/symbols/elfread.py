@@ -64,6 +64,7 @@ class SectionHeader(NamedTuple):
     sh_offset: int
     sh_size: int
     sh_link: int
+    sh_addr: int = 0  # its address in memory (0: not loaded)
 
     @property
     def has_data(self) -> bool:
@@ -207,11 +208,11 @@ class ElfHeaders:
             strtab = struct.unpack(fmt, raw)
         names_at, names = strtab[4], self._read(strtab[4], strtab[5])
         out = []
-        for name_off, stype, flags, _addr, offset, size, link, _info, _align, _entsize in rows:
+        for name_off, stype, flags, addr, offset, size, link, _info, _align, _entsize in rows:
             end = names.find(b"\0", name_off)
             raw = names[name_off:end] if end >= 0 else self._cstring_at(names_at + name_off)
             out.append(SectionHeader(raw.decode("utf-8", "replace"), stype, flags, offset,
-                                     size, link))
+                                     size, link, addr))
         return tuple(out)
 
     def _cstring_at(self, offset: int) -> bytes:
