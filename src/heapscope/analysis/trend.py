@@ -96,6 +96,18 @@ def uneven(times: list[float] | None) -> bool:
     return min(steps) <= 0 or max(steps) > UNEVEN * min(steps)
 
 
+MIN_STEP = 0.02  # seconds: dumps closer than this have times too coarse to judge by
+
+
+def _timed(times: list[float]) -> bool:
+    """Whether the dumps' times can carry a judgement: every interval at least MIN_STEP. A
+    dump's time is its file's, which the kernel stamps with a clock that ticks every few
+    milliseconds: dumps a few milliseconds apart (a test's rapid dumps, or files copied
+    without their times) share ticks, and their intervals say more of the clock than of
+    the program."""
+    return all(b - a >= MIN_STEP for a, b in itertools.pairwise(times))
+
+
 def windows(n: int) -> tuple[int, int]:
     """(first dump of the recent window, first dump of the last third) for ``n`` dumps."""
     h = n if n <= MIN_WINDOW else max(MIN_WINDOW, math.ceil(n / 2))
@@ -232,7 +244,8 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
     With ``y`` (estimated live bytes) and ``objects`` (estimated live objects) of the same
     shape, each row is judged in its own units with the sampling noise its objects' sizes
     imply (:func:`units`); without them every sample counts as a Poisson one. With the
-    dumps' ``times`` (seconds), when they came at uneven intervals (:func:`uneven`), whether
+    dumps' ``times`` (seconds), when they came at uneven intervals (:func:`uneven`) and far
+    enough apart for their times to tell (:func:`_timed`), whether
     growth slowed down is asked in time rather than per dump (:func:`_slowdown_in_time`),
     and where the intervals scatter widely (:func:`_scattered`) the drift's noise is taken
     from the series moved to even times (:func:`_even_times`).
@@ -245,7 +258,7 @@ def judge_counts(c: Matrix, y: Matrix | None = None, objects: Matrix | None = No
         return _two_dumps(x, phi)
     w0, t0 = windows(n)
     ts = np.asarray(times, dtype=np.float64) if times is not None and len(times) == n \
-        and uneven(times) else None
+        and uneven(times) and _timed(times) else None
     sums = Sums(x)
     first = hinge(x)
     # A count that never fell had nothing (sampled) freed between dumps: every step is new
