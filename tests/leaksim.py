@@ -114,6 +114,13 @@ def intervals(runs: int, n: int, kind: str, rng: np.random.Generator,
     return np.repeat(dt, group, axis=0)[:runs]
 
 
+def _within(clock: np.ndarray | float, step: np.ndarray | float, start: float,
+            stop: float) -> np.ndarray:
+    """The part of the interval [clock, clock + step) within [start, stop): an interval that
+    straddles a leak's end holds only the growth up to it."""
+    return np.clip(np.minimum(np.add(clock, step), stop) - np.maximum(clock, start), 0.0, None)
+
+
 def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generator,
              teardown: bool = False, dt: np.ndarray | None = None) -> Series:
     """``runs`` independent runs of ``plan`` over ``n`` dumps at sample period ``period``.
@@ -148,10 +155,7 @@ def simulate(plan: Plan, n: int, period: int, runs: int, rng: np.random.Generato
             if even:
                 span = np.where((start <= clock) & (clock < stop), 1.0, 0.0)
             else:
-                # the part of the interval within [start, stop): an interval that straddles
-                # the leak's end holds only the growth up to it
-                span = np.clip(np.minimum(clock + step, stop) - np.maximum(clock, start),
-                               0.0, None)
+                span = _within(clock, step, start, stop)
             born = np.round(leak_objects * span).astype(np.int64)
             persistent += rng.binomial(born, p)
         if capacity:
@@ -457,8 +461,7 @@ def simulate_blocks(plan: BlockPlan, n: int, period: int, runs: int,
             growing = start <= clock < stop
             span = step  # the part of the interval the site grows in
             if not even:
-                # the part within [start, stop), as in simulate
-                span = max(0.0, min(clock + step, stop) - max(clock, start))
+                span = float(_within(clock, step, start, stop))
                 growing = span > 0
             if plan.kind == "pool":
                 if growing:

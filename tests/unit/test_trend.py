@@ -197,12 +197,34 @@ def _leaking_dumps(case: ls.Case) -> float:
     return case.n * (case.plan.leak_stop - case.plan.leak_start)
 
 
-def test_print_confusion_matrix(matrix: dict[str, list[tuple[ls.Case, collections.Counter[str]]]],
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def _enough(case: ls.Case) -> bool:
+    """A pure leak (no churn at its site) gaining ≥ 2 expected samples per dump over ≥ 10
+    leaking dumps, or ≥ 1 per dump over ≥ 20."""
+    p = case.plan
+    return not p.transient and ((p.leak >= 2 and _leaking_dumps(case) >= 10)
+                                or (p.leak >= 1 and _leaking_dumps(case) >= 20))
+
+
+def _false_leaks(rows: list[tuple[ls.Case, collections.Counter[str]]]
+                 ) -> tuple[float, ls.Case, float]:
+    """(share of all runs called leak, the scenario called leak most, its share)."""
+    false = sum(g[trend.LEAK] for _, g in rows)
+    total = sum(sum(g.values()) for _, g in rows)
+    case, got = max(rows, key=lambda r: _rate(r[1], trend.LEAK))
+    return false / total, case, _rate(got, trend.LEAK)
+
+
+def _print_matrix(matrix: dict[str, list[tuple[ls.Case, collections.Counter[str]]]],
+                  runs: int, seeds: str, capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         for name, rows in matrix.items():
-            print(f"\n{name} ({RUNS} simulated runs each, seeds {REPORT_SEEDS}+)")
+            print(f"\n{name} ({runs} simulated runs each, seeds {seeds})")
             print(_table(rows))
+
+
+def test_print_confusion_matrix(matrix: dict[str, list[tuple[ls.Case, collections.Counter[str]]]],
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    _print_matrix(matrix, RUNS, f"{REPORT_SEEDS}+", capsys)
     assert all(sum(got.values()) == RUNS for rows in matrix.values() for _, got in rows)
 
 
@@ -213,9 +235,7 @@ def test_leaks_with_enough_samples_are_found(
     or ≥ 1 per dump over ≥ 20, are called leak (no transient churn at the site)."""
     missed = []
     for case, got in matrix[kind]:
-        p = case.plan
-        if p.transient or not ((p.leak >= 2 and _leaking_dumps(case) >= 10)
-                               or (p.leak >= 1 and _leaking_dumps(case) >= 20)):
+        if not _enough(case):
             continue
         if _rate(got, trend.LEAK) < 0.95:
             missed.append(f"{case.label}: {_rate(got, trend.LEAK):.3f}")
@@ -239,12 +259,9 @@ def test_leaks_under_churn_over_a_hundred_dumps(
 def test_caches_churn_steady_and_stopped_leaks_are_not_leaks(
         matrix: dict[str, list[tuple[ls.Case, collections.Counter[str]]]], kind: str) -> None:
     """≤ 1% of all null sites are called leak, and no single scenario exceeds 3%."""
-    rows = matrix[kind]
-    false = sum(g[trend.LEAK] for _, g in rows)
-    total = sum(sum(g.values()) for _, g in rows)
-    worst = max(rows, key=lambda r: _rate(r[1], trend.LEAK))
-    assert false / total <= 0.01, f"{false}/{total}"
-    assert _rate(worst[1], trend.LEAK) <= 0.03, worst[0].label
+    share, worst, worst_share = _false_leaks(matrix[kind])
+    assert share <= 0.01, share
+    assert worst_share <= 0.03, worst.label
 
 
 @pytest.mark.parametrize("kind", ["nulls", "nulls+exit"])
@@ -341,10 +358,7 @@ def uneven() -> dict[str, list[tuple[ls.Case, collections.Counter[str]]]]:
 
 def test_print_uneven_matrix(uneven: dict[str, list[tuple[ls.Case, collections.Counter[str]]]],
                              capsys: pytest.CaptureFixture[str]) -> None:
-    with capsys.disabled():
-        for name, rows in uneven.items():
-            print(f"\n{name} ({UNEVEN_RUNS} simulated runs each, seeds {REPORT_SEEDS + 4})")
-            print(_table(rows))
+    _print_matrix(uneven, UNEVEN_RUNS, str(REPORT_SEEDS + 4), capsys)
     assert all(sum(got.values()) == UNEVEN_RUNS for rows in uneven.values() for _, got in rows)
 
 
@@ -357,11 +371,9 @@ def test_uneven_times_raise_no_false_leaks(
     scenario at even times: judged per dump, the late rounds' long intervals kept them
     rising, up to 5%)."""
     rows = uneven[f"nulls {timing}"]
-    false = sum(g[trend.LEAK] for _, g in rows)
-    total = sum(sum(g.values()) for _, g in rows)
-    worst = max(rows, key=lambda r: _rate(r[1], trend.LEAK))
-    assert false / total <= 0.01, f"{false}/{total}"
-    assert _rate(worst[1], trend.LEAK) <= 0.06, worst[0].label
+    share, worst, worst_share = _false_leaks(rows)
+    assert share <= 0.01, share
+    assert worst_share <= 0.06, worst.label
     stopped = [f"{c.label}: {_rate(g, trend.LEAK):.3f}" for c, g in rows
                if c.plan.leak and _rate(g, trend.LEAK) > 0.03]
     assert not stopped, "\n".join(stopped)
@@ -377,9 +389,7 @@ def test_uneven_times_keep_counted_leaks(
     for case, got in uneven["leaks jitter"]:
         p = case.plan
         counted = p.size >= 16 * case.period and not p.transient and not p.leak_start
-        enough = not p.transient and ((p.leak >= 2 and _leaking_dumps(case) >= 10)
-                                      or (p.leak >= 1 and _leaking_dumps(case) >= 20))
-        want = 0.95 if counted else 0.93 if enough else 0.0
+        want = 0.95 if counted else 0.93 if _enough(case) else 0.0
         if _rate(got, trend.LEAK) < want:
             low.append(f"{case.label}: {_rate(got, trend.LEAK):.3f} < {want}")
     assert not low, "\n".join(low)
@@ -393,9 +403,7 @@ def test_a_loaded_machines_rounds_keep_leaks(
     were found in as few as 81%."""
     low = []
     for case, got in uneven["leaks loaded"]:
-        p = case.plan
-        if p.transient or not ((p.leak >= 2 and _leaking_dumps(case) >= 10)
-                               or (p.leak >= 1 and _leaking_dumps(case) >= 20)):
+        if not _enough(case):
             continue
         if _rate(got, trend.LEAK) < 0.90:
             low.append(f"{case.label}: {_rate(got, trend.LEAK):.3f}")

@@ -94,9 +94,9 @@ def _count(path: str) -> dict[str, int]:
     # PLT entries are counted as functions of their own, then added to the function each
     # one reaches (the callers through it are others than the direct ones, or the same
     # function calling both ways, which is rare: a sum).
-    stub_starts = {start for start, _, _ in stubs}
-    table = sorted([*functions, *(s for s in stubs if s[0] not in
-                                  {f[0] for f in functions})])
+    starts = {start for start, _, _ in functions}
+    stubs = [s for s in stubs if s[0] not in starts]
+    table = sorted([*functions, *stubs])
     counts = (direct_callers(code, table) if core is not None
               else direct_callers_numpy(code, table))
     # Aliases (names sharing a start) were counted on the first of them: each gets it.
@@ -110,7 +110,7 @@ def _count(path: str) -> dict[str, int]:
         if n:
             out[name] = max(out.get(name, 0), n)
     for start, _, name in stubs:
-        n = by_start.get(start, 0) if start in stub_starts else 0
+        n = by_start.get(start, 0)
         if n:
             out[name] = out.get(name, 0) + n
     return out
